@@ -1,0 +1,44 @@
+# Two commands matter: `make demo` (set up, then run the main job) and `make test` (set up, then test).
+# Each creates .venv on first use. torch comes from TORCH_SPEC: the CPU build by default (what CI uses);
+# on a GPU machine pass your own, e.g. make test TORCH_SPEC="torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130"
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH_SPEC)' | tr -c 'A-Za-z0-9.' '_')
+
+.PHONY: demo test lab lint clean
+
+demo: $(VENV)/.deps-base
+	$(PY) -m mla_debug.demo
+
+test: $(VENV)/.deps-dev
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lab: $(VENV)/.deps-notebooks
+	$(BIN)/jupyter lab notebooks/
+
+lint: $(VENV)/.deps-dev
+	$(BIN)/ruff check mla_debug tests benchmarks
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(TORCH_STAMP): | $(PY)
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	touch $@
+
+$(VENV)/.deps-base: pyproject.toml $(TORCH_STAMP)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.deps-%: pyproject.toml $(TORCH_STAMP)
+	$(PY) -m pip install -q -e ".[$*]"
+	touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,102 @@
+"""mla_debug: find why a DeepSeek-style MLA model served with FP8 block-scaled kernels loses accuracy.
+
+    import mla_debug as md
+
+The package is layered (each layer imports only those before it): numerics -> layouts -> kernels.
+Plotting and notebook helpers import lazily so ``import mla_debug`` works on a bare GPU box.
+"""
+
+from __future__ import annotations
+
+from .kernels import (
+    BlockScaledLinear,
+    GemmCall,
+    GemmProblem,
+    Kernel,
+    KernelPolicy,
+    Platform,
+    TunedTable,
+    apply_pre_quantized_block_scaled_mm,
+    detect_platform,
+    get_kernel,
+    kernel_names,
+    platform,
+    platform_names,
+)
+from .layouts import (
+    ContractViolation,
+    QuantizedActivation,
+    QuantizedWeight,
+    ScaleLayout,
+    ViolationKind,
+    WeightLayout,
+    WeightTransform,
+    convert_scale,
+    identify_scale_layout,
+    identify_weight_layout,
+    present_scale,
+    quantize_blocks,
+    quantize_groups,
+    read_scale,
+    scale_as_read,
+    shuffle_period,
+    shuffle_weight,
+    unshuffle_weight,
+)
+from .numerics import (
+    E4M3FN,
+    E4M3FNUZ,
+    Fp8Format,
+    Fp8OverflowWarning,
+    QuantFlavor,
+    error_metrics,
+    fp8_format,
+    fp8_ulp_distance,
+    quant_flavor,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "E4M3FN",
+    "E4M3FNUZ",
+    "BlockScaledLinear",
+    "ContractViolation",
+    "Fp8Format",
+    "Fp8OverflowWarning",
+    "GemmCall",
+    "GemmProblem",
+    "Kernel",
+    "KernelPolicy",
+    "Platform",
+    "QuantFlavor",
+    "QuantizedActivation",
+    "QuantizedWeight",
+    "ScaleLayout",
+    "TunedTable",
+    "ViolationKind",
+    "WeightLayout",
+    "WeightTransform",
+    "__version__",
+    "apply_pre_quantized_block_scaled_mm",
+    "convert_scale",
+    "detect_platform",
+    "error_metrics",
+    "fp8_format",
+    "fp8_ulp_distance",
+    "get_kernel",
+    "identify_scale_layout",
+    "identify_weight_layout",
+    "kernel_names",
+    "platform",
+    "platform_names",
+    "present_scale",
+    "quant_flavor",
+    "quantize_blocks",
+    "quantize_groups",
+    "read_scale",
+    "scale_as_read",
+    "shuffle_period",
+    "shuffle_weight",
+    "unshuffle_weight",
+]

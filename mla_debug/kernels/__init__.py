@@ -1,0 +1,37 @@
+"""Block-scaled FP8 GEMM kernels behind one interface; platforms, tuned tables and kernel selection."""
+
+from . import aiter_emulated, aiter_native, cublas, reference  # noqa: F401  (register the kernels)
+from .base import Contract, GemmCall, GemmProblem, Kernel, get_kernel, kernel_class, kernel_names, register_kernel
+from .block_gemm import ACCUMULATIONS
+from .linear import BlockScaledLinear
+from .platforms import PLATFORMS, Platform, detect_platform, platform, platform_names
+from .policy import KernelPolicy, parse_disabled
+from .prequantized import apply_pre_quantized_block_scaled_mm, wanted_scale_layout
+from .tuned import ENV_VAR as TUNED_ENV_VAR
+from .tuned import TunedRow, TunedTable, padded_m_candidates
+
+__all__ = [
+    "ACCUMULATIONS",
+    "PLATFORMS",
+    "TUNED_ENV_VAR",
+    "BlockScaledLinear",
+    "Contract",
+    "GemmCall",
+    "GemmProblem",
+    "Kernel",
+    "KernelPolicy",
+    "Platform",
+    "TunedRow",
+    "TunedTable",
+    "apply_pre_quantized_block_scaled_mm",
+    "detect_platform",
+    "get_kernel",
+    "kernel_class",
+    "kernel_names",
+    "padded_m_candidates",
+    "parse_disabled",
+    "platform",
+    "platform_names",
+    "register_kernel",
+    "wanted_scale_layout",
+]

@@ -1,0 +1,101 @@
+"""Faithful CPU emulations of aiter's two FP8 block-scale GEMMs as vLLM drives them on ROCm.
+
+- ``aiter-blockscale`` (vLLM AiterFp8BlockScaledMMKernel -> ``gemm_a8w8_blockscale``): plain weight,
+  reads ROW_MAJOR activation-scale bytes.
+- ``aiter-bpreshuffle`` (vLLM AiterPreshuffledFp8BlockScaledMMKernel ->
+  ``gemm_a8w8_blockscale_bpreshuffle``): shuffles the weight (16, 16) at load, reads the weight bytes
+  as shuffled once and the activation scale as COL_MAJOR bytes (offset kb*M + m) whatever the tensor's
+  strides claim - as CK and ASM do through raw pointers.
+
+``honour_layer_flags`` models vLLM PR #56433: a weight flagged ``skip_weight_relayout`` / ``is_bmm`` /
+``_cpu_skip_gemm_dispatch`` is left plain and multiplied by the plain GEMM. With it off (PR #51692),
+such weights are shuffled under their direct readers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..layouts import QuantizedActivation, ScaleLayout, read_scale
+from .base import Contract, GemmProblem, Kernel, register_kernel
+from .block_gemm import Accumulation, block_scaled_mm, check_accumulation
+
+if TYPE_CHECKING:
+    from .linear import BlockScaledLinear
+    from .platforms import Platform
+
+SHUFFLE = (16, 16)
+
+
+class _AiterKernel(Kernel):
+    """Shared capability checks of aiter kernels: ROCm platforms, the platform's fp8 format."""
+
+    def __init__(self, accumulation: Accumulation = "blockwise", flavor: str = "aiter") -> None:
+        super().__init__(flavor=flavor)
+        self.accumulation = check_accumulation(accumulation)
+
+    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
+        if not platform.is_rocm:
+            return False, f"aiter kernels run on ROCm platforms, not {platform.name}"
+        if problem.fmt != platform.fp8:
+            return False, f"{platform.arch} computes {platform.fp8.name}, the weight is {problem.fmt.name}"
+        return super().can_implement(problem, platform)
+
+    def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
+        scale = read_scale(qa.scale, contract.scale, f"{linear.name} input scale")
+        return block_scaled_mm(qa.fmt.decode(qa.data), scale, linear, contract.weight, self.accumulation)
+
+
+@register_kernel
+class AiterBlockscaleEmulated(_AiterKernel):
+    name = "aiter-blockscale"
+    description = "aiter gemm_a8w8_blockscale (CPU emulation): plain weight, ROW_MAJOR scale bytes"
+    vllm_name = "AiterFp8BlockScaledMMKernel"
+
+
+@register_kernel
+class AiterBpreshuffleEmulated(_AiterKernel):
+    name = "aiter-bpreshuffle"
+    description = (
+        "aiter gemm_a8w8_blockscale_bpreshuffle (CPU emulation): weight shuffled (16,16) at load, "
+        "COL_MAJOR scale bytes whatever the strides say"
+    )
+    vllm_name = "AiterPreshuffledFp8BlockScaledMMKernel"
+    wants_transposed_act_scale = True
+    preshuffles_weight = True
+
+    def __init__(
+        self, accumulation: Accumulation = "blockwise", flavor: str = "aiter", honour_layer_flags: bool = True
+    ) -> None:
+        super().__init__(accumulation=accumulation, flavor=flavor)
+        self.honour_layer_flags = honour_layer_flags
+
+    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
+        ok, why = super().can_implement(problem, platform)
+        if not ok:
+            return ok, why
+        if problem.n % 16:
+            return False, f"N={problem.n} is not a multiple of 16 (shuffle_weight(16,16))"
+        if problem.tuned is None:
+            return False, "no bpreshuffle tuned table to consult"
+        key = f"{platform.arch}/cu{platform.cu_num}"
+        if not problem.tuned.has(platform, problem.n, problem.k):
+            return False, f"no bpreshuffle tuned row for (N={problem.n}, K={problem.k}) on {key}"
+        return True, f"(N={problem.n}, K={problem.k}) has a bpreshuffle tuned row on {key} ({problem.tuned.source})"
+
+    def process_weights_after_loading(self, linear: BlockScaledLinear) -> None:
+        if self.honour_layer_flags and linear.reads_weight_directly:
+            linear.plain_fallback = True
+            linear.events.append(
+                f"{self.name}: left the weight plain and uses the plain GEMM "
+                f"(honours {', '.join(linear.direct_read_flags)})"
+            )
+            return
+        linear.shuffle_weight(SHUFFLE, by=f"{self.name}.process_weights_after_loading")
+
+    def contract(self, linear: BlockScaledLinear) -> Contract:
+        if linear.plain_fallback:
+            return Contract(scale=ScaleLayout.ROW_MAJOR, weight=None)
+        return Contract(scale=ScaleLayout.COL_MAJOR, weight=SHUFFLE)

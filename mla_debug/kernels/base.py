@@ -1,0 +1,214 @@
+"""The block-scaled GEMM kernel interface and its registry.
+
+A kernel reads bytes the way the real kernel does: the emulation of aiter's preshuffled GEMM reads
+COL_MAJOR scale bytes whatever it is handed, exactly like the hardware. That is what makes silent
+layout bugs reproducible on any machine. Every call returns a `GemmCall` holding the output and the
+layout contracts the call broke.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from .._checks import describe, require_floating, require_tensor
+from ..layouts import (
+    ContractViolation,
+    QuantizedActivation,
+    ScaleLayout,
+    quantize_groups,
+    scale_order_violation,
+    weight_read_violation,
+)
+from ..layouts.weight_shuffle import ShuffleLayout
+from ..numerics import Fp8Format
+
+if TYPE_CHECKING:
+    from .linear import BlockScaledLinear
+    from .platforms import Platform
+    from .tuned import TunedTable
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """What a kernel is asked to implement for one linear layer (per rank)."""
+
+    layer: str
+    n: int
+    k: int
+    fmt: Fp8Format
+    tuned: TunedTable | None = None
+    m: int | None = None
+
+
+@dataclass
+class GemmCall:
+    """One kernel call: its output and what it read, including the contracts it broke."""
+
+    output: torch.Tensor
+    kernel: str
+    input: QuantizedActivation
+    scale_read_as: ScaleLayout
+    weight_read_as: ShuffleLayout | None
+    violations: list[ContractViolation] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """The bytes a kernel reads for one linear: activation-scale order and weight shuffle."""
+
+    scale: ScaleLayout
+    weight: ShuffleLayout | None
+
+
+class Kernel(ABC):
+    """A block-scaled FP8 GEMM: y (M, N) bf16 = x (M, K) @ W(N, K)^T with 1x128 / 128x128 scales."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    wants_transposed_act_scale: ClassVar[bool] = False
+    preshuffles_weight: ClassVar[bool] = False
+    # vLLM's class name, so VLLM_DISABLED_KERNELS-style lists can name kernels either way.
+    vllm_name: ClassVar[str | None] = None
+    # True for readers that decode the scale with the layout its producer declared (the reference);
+    # false for kernels that read raw bytes in their own fixed order.
+    reads_declared_scale_layout: ClassVar[bool] = False
+
+    def __init__(self, flavor: str = "aiter") -> None:
+        self.flavor = flavor
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.name}>"
+
+    # -- capability -------------------------------------------------------------------------------
+    def availability(self) -> tuple[bool, str]:
+        """Whether this kernel can run in this Python process (hardware, libraries)."""
+        return True, "pure torch; runs anywhere"
+
+    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
+        """Whether this kernel takes this problem on this platform, with the reason in words."""
+        if problem.k % 128:
+            return False, f"K={problem.k} is not a multiple of 128"
+        return True, "K is a multiple of 128"
+
+    # -- load time --------------------------------------------------------------------------------
+    def process_weights_after_loading(self, linear: BlockScaledLinear) -> None:
+        """Re-lay out the linear's weight for this kernel (default: nothing)."""
+
+    def contract(self, linear: BlockScaledLinear) -> Contract:
+        """What this kernel reads for `linear` (may depend on what happened at load)."""
+        return Contract(scale=ScaleLayout.ROW_MAJOR, weight=None)
+
+    # -- run time ---------------------------------------------------------------------------------
+    def quantize_input(
+        self, x: torch.Tensor, fmt: Fp8Format, scale_layout: ScaleLayout | None = None
+    ) -> QuantizedActivation:
+        """Quantize x (M, K) per 1x128 the way this kernel's caller does, in the scale order it reads."""
+        if scale_layout is None:
+            scale_layout = ScaleLayout.COL_MAJOR if self.wants_transposed_act_scale else ScaleLayout.ROW_MAJOR
+        return quantize_groups(
+            x, 128, fmt=fmt, flavor=self.flavor, scale_layout=scale_layout, producer=f"{self.name} input quant"
+        )
+
+    def run(self, linear: BlockScaledLinear, x: torch.Tensor | QuantizedActivation) -> GemmCall:
+        """Quantize (unless given a QuantizedActivation) and multiply, recording broken contracts."""
+        lead: tuple[int, ...] = ()
+        if isinstance(x, QuantizedActivation):
+            qa = x
+        else:
+            require_tensor(f"{linear.name} input", x)
+            require_floating(f"{linear.name} input", x)
+            if x.dim() < 1 or x.shape[-1] != linear.k:
+                raise ValueError(
+                    f"{linear.name}: input {describe(x)} must have last dimension K={linear.k} "
+                    f"to multiply by the weight (N, K) = ({linear.n}, {linear.k})"
+                )
+            lead = tuple(x.shape[:-1])
+            qa = self.quantize_input(x.reshape(-1, linear.k), linear.weight.fmt, self.contract(linear).scale)
+        self._check_quantized(linear, qa)
+        contract = self.contract(linear)
+        violations = self.contract_violations(linear, qa, contract)
+        out = self.compute(linear, qa, contract)
+        if lead:
+            out = out.reshape(*lead, linear.n)
+        return GemmCall(out, self.name, qa, contract.scale, contract.weight, violations)
+
+    def apply(self, linear: BlockScaledLinear, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
+        return self.run(linear, x).output
+
+    def contract_violations(
+        self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract | None = None
+    ) -> list[ContractViolation]:
+        """Contracts this call breaks: scale bytes read in another order, weight bytes in another layout."""
+        contract = contract or self.contract(linear)
+        found = [
+            None
+            if self.reads_declared_scale_layout
+            else scale_order_violation(
+                self.name, f"{linear.name} input scale", qa.scale_layout, contract.scale, qa.m, qa.groups
+            ),
+            weight_read_violation(
+                self.name,
+                f"{linear.name}.weight",
+                linear.weight.layout,
+                contract.weight,
+                linear.k,
+                linear.weight.data.element_size(),
+            ),
+        ]
+        return [v for v in found if v is not None]
+
+    @abstractmethod
+    def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
+        """The GEMM itself, reading bytes per `contract`; returns bf16 (M, N)."""
+
+    def _check_quantized(self, linear: BlockScaledLinear, qa: QuantizedActivation) -> None:
+        if qa.k != linear.k:
+            raise ValueError(
+                f"{linear.name}: quantized input {describe(qa.data)} has K={qa.k}, the weight has K={linear.k}"
+            )
+        if qa.fmt != linear.weight.fmt:
+            raise TypeError(
+                f"{linear.name}: input is {qa.fmt.name} but the weight is {linear.weight.fmt.name}; "
+                "their bit patterns are not interchangeable"
+            )
+        if qa.group_size != 128:
+            raise ValueError(f"{linear.name}: block-scaled kernels take 1x128 input groups, got 1x{qa.group_size}")
+
+
+_REGISTRY: dict[str, type[Kernel]] = {}
+
+
+def register_kernel(cls: type[Kernel]) -> type[Kernel]:
+    """Class decorator adding a kernel to the registry under its `name`."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"a kernel named {cls.name!r} is already registered ({_REGISTRY[cls.name].__name__})")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def kernel_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def kernel_class(name: str) -> type[Kernel]:
+    for cls in _REGISTRY.values():
+        if name in (cls.name, cls.vllm_name):
+            return cls
+    raise ValueError(f"unknown kernel {name!r}; registered kernels: {', '.join(kernel_names())}")
+
+
+def get_kernel(name: str, **options) -> Kernel:
+    """A kernel instance by name (or vLLM class name), configured with `options`.
+
+    >>> md.get_kernel("aiter-bpreshuffle").wants_transposed_act_scale
+    True
+    """
+    cls = kernel_class(name)
+    try:
+        return cls(**options)
+    except TypeError as err:
+        raise TypeError(f"kernel {cls.name!r}: bad options {sorted(options)} ({err})") from None

@@ -1,0 +1,87 @@
+"""The arithmetic of block-scaled FP8 GEMMs on the CPU (or any torch device), in two accumulation orders.
+
+- ``blockwise``: the kernels' order. For every 128-wide K block, an fp32 dot product of the raw fp8
+  values, multiplied by ``x_scale[m, kb] * w_scale[n // 128, kb]`` and added to an fp32 accumulator;
+  cast to bf16 once at the end.
+- ``dequant``: the reference order (aiter op_tests): dequantize both operands to fp32, one fp32 GEMM.
+
+The two differ only by fp32 rounding (summation order), bounded in the tests. Weights are decoded
+through the reader's byte order and cached on the linear keyed by the tensors' identity and version
+counters, so repeated calls cost one GEMM while any in-place change to the bytes invalidates the cache.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from ..layouts.weight_shuffle import ShuffleLayout, unshuffle_weight
+
+if TYPE_CHECKING:
+    from .linear import BlockScaledLinear
+
+Accumulation = Literal["blockwise", "dequant"]
+ACCUMULATIONS: tuple[str, ...] = ("blockwise", "dequant")
+BLOCK = 128
+
+
+def check_accumulation(accumulation: str) -> str:
+    if accumulation not in ACCUMULATIONS:
+        raise ValueError(f"accumulation {accumulation!r} is not one of {', '.join(ACCUMULATIONS)}")
+    return accumulation
+
+
+def expand_weight_scale(scale: torch.Tensor, n: int) -> torch.Tensor:
+    """(ceil(N/128), G) block scale -> (N, G): the scale of each output row's K blocks."""
+    return scale.repeat_interleave(BLOCK, dim=0)[:n]
+
+
+def weight_values(linear: BlockScaledLinear, shuffled: ShuffleLayout | None, scaled: bool) -> torch.Tensor:
+    """fp32 (N, K) weight as a reader sees it: bytes de-shuffled per `shuffled` (as the hardware reads
+    them, whatever was really done to them), optionally multiplied by the block scale."""
+    weight = linear.weight
+    data, scale = weight.data, weight.scale
+    key = (data.data_ptr(), data._version, tuple(data.shape), scale.data_ptr(), scale._version)
+    mode = (shuffled, scaled)
+    cached = linear.read_cache.get(mode)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    if shuffled is not None:
+        data = unshuffle_weight(data, shuffled, k=weight.k, name=f"{linear.name}.weight")
+    elif data.shape[1] != weight.k:
+        raise ValueError(
+            f"{linear.name}.weight: bytes are K-padded to {data.shape[1]} (logical K={weight.k}); "
+            "a plain-weight reader cannot read them"
+        )
+    values = weight.fmt.decode(data)
+    if scaled:
+        rows = expand_weight_scale(scale, weight.n).repeat_interleave(BLOCK, dim=1)[:, : weight.k]
+        values.mul_(rows)
+    linear.read_cache[mode] = (key, values)
+    return values
+
+
+def block_scaled_mm(
+    x_values: torch.Tensor,
+    x_scale: torch.Tensor,
+    linear: BlockScaledLinear,
+    shuffled: ShuffleLayout | None,
+    accumulation: Accumulation,
+) -> torch.Tensor:
+    """y (M, N) bf16 from decoded fp8 input values (M, K), its LOGICAL scale as read (M, G), and the
+    linear's weight read per `shuffled`."""
+    check_accumulation(accumulation)
+    m, k = x_values.shape
+    groups = k // BLOCK
+    if accumulation == "dequant":
+        x = (x_values.view(m, groups, BLOCK) * x_scale.unsqueeze(-1)).view(m, k)
+        return (x @ weight_values(linear, shuffled, scaled=True).t()).to(torch.bfloat16)
+    w = weight_values(linear, shuffled, scaled=False)
+    w_scale = expand_weight_scale(linear.weight.scale, linear.n)
+    acc = torch.zeros((m, linear.n), dtype=torch.float32, device=x_values.device)
+    for kb in range(groups):
+        cols = slice(kb * BLOCK, (kb + 1) * BLOCK)
+        partial = x_values[:, cols] @ w[:, cols].t()
+        acc.add_(partial.mul_(x_scale[:, kb : kb + 1] * w_scale[:, kb].unsqueeze(0)))
+    return acc.to(torch.bfloat16)

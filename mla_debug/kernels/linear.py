@@ -1,0 +1,109 @@
+"""A block-scaled FP8 linear layer as a serving engine holds it: bytes, scale, flags, chosen kernel.
+
+The flags mirror vLLM's: ``skip_weight_relayout`` (set by MLA on kv_b_proj, whose raw weight absorbed
+decode reads directly), ``is_bmm`` (DeepSeek-V4's wo_a, read as a grouped BMM) and the older CPU
+spelling ``_cpu_skip_gemm_dispatch``. Whether a kernel honours them is the kernel's business; the
+linear only records them, and records every transform applied to its weight and by whom.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..layouts import QuantizedActivation, QuantizedWeight
+from ..layouts.weight_shuffle import ShuffleLayout
+
+if TYPE_CHECKING:
+    from .base import GemmCall, Kernel
+    from .platforms import Platform
+    from .policy import KernelPolicy
+
+
+class BlockScaledLinear:
+    """One linear layer (per rank) with a 128x128 block-quantized weight (N, K)."""
+
+    def __init__(
+        self,
+        name: str,
+        weight: QuantizedWeight,
+        *,
+        skip_weight_relayout: bool = False,
+        is_bmm: bool = False,
+        cpu_skip_gemm_dispatch: bool = False,
+    ) -> None:
+        if not isinstance(weight, QuantizedWeight):
+            raise TypeError(f"{name}: weight must be a QuantizedWeight, got {type(weight).__name__}")
+        self.name = name
+        self.weight = weight
+        self.skip_weight_relayout = skip_weight_relayout
+        self.is_bmm = is_bmm
+        self._cpu_skip_gemm_dispatch = cpu_skip_gemm_dispatch
+        self.kernel: Kernel | None = None
+        self.kernel_reason = "not loaded"
+        # Set by a preshuffling kernel that honoured a direct-read flag and kept the plain GEMM.
+        self.plain_fallback = False
+        self.events: list[str] = []
+        self.read_cache: dict = {}
+
+    # -- shape and flags --------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return self.weight.n
+
+    @property
+    def k(self) -> int:
+        return self.weight.k
+
+    @property
+    def reads_weight_directly(self) -> bool:
+        """Whether something outside the kernel reads this weight's bytes (any of the three flags)."""
+        return self.skip_weight_relayout or self.is_bmm or self._cpu_skip_gemm_dispatch
+
+    @property
+    def direct_read_flags(self) -> list[str]:
+        names = {
+            "skip_weight_relayout": self.skip_weight_relayout,
+            "is_bmm": self.is_bmm,
+            "_cpu_skip_gemm_dispatch": self._cpu_skip_gemm_dispatch,
+        }
+        return [flag for flag, on in names.items() if on]
+
+    # -- load -------------------------------------------------------------------------------------
+    def load(self, policy: KernelPolicy, platform: Platform | str) -> BlockScaledLinear:
+        """Choose a kernel through `policy` and let it re-lay out the weight (vLLM's load step)."""
+        from .platforms import platform as get_platform
+
+        plat = get_platform(platform)
+        kernel, reason = policy.select(self.name, self.n, self.k, plat, fmt=self.weight.fmt)
+        self.attach(kernel, reason)
+        return self
+
+    def attach(self, kernel: Kernel, reason: str = "attached directly") -> BlockScaledLinear:
+        """Use `kernel` for this linear and run its load-time weight processing."""
+        self.kernel = kernel
+        self.kernel_reason = reason
+        self.events.append(f"kernel {kernel.name}: {reason}")
+        kernel.process_weights_after_loading(self)
+        return self
+
+    def shuffle_weight(self, layout: ShuffleLayout = (16, 16), by: str = "model") -> None:
+        """Shuffle the weight's bytes once more (as a kernel or a model-side preshuffle does), recorded."""
+        self.weight = self.weight.shuffled(layout, by=by)
+        self.read_cache.clear()
+        self.events.append(f"weight shuffled {tuple(layout)} by {by}")
+
+    # -- run --------------------------------------------------------------------------------------
+    def run(self, x: torch.Tensor | QuantizedActivation) -> GemmCall:
+        if self.kernel is None:
+            raise RuntimeError(f"{self.name}: no kernel attached; call load(policy, platform) or attach(kernel)")
+        return self.kernel.run(self, x)
+
+    def __call__(self, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
+        return self.run(x).output
+
+    def __repr__(self) -> str:
+        kernel = self.kernel.name if self.kernel else "unloaded"
+        flags = ",".join(self.direct_read_flags) or "no flags"
+        return f"<BlockScaledLinear {self.name} (N={self.n}, K={self.k}) {kernel}; {flags}; weight {self.weight.layout}>"

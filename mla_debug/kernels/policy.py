@@ -1,0 +1,123 @@
+"""Kernel selection per linear layer, the way vLLM does it at load time.
+
+vLLM keeps a priority list per platform and picks, for each linear, the first kernel that is
+supported and whose ``can_implement`` passes; ``VLLM_DISABLED_KERNELS`` removes kernels by class name.
+`KernelPolicy` is that list plus a disabled set, the tuned table the preshuffled kernel consults,
+per-layer overrides and per-kernel options. `select` returns the kernel and the reason in words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..numerics import Fp8Format
+from .base import GemmProblem, Kernel, get_kernel, kernel_class
+from .platforms import Platform, platform
+from .tuned import TunedTable
+
+
+def _canonical(name: str) -> str:
+    return kernel_class(name).name
+
+
+@dataclass
+class KernelPolicy:
+    """Ordered kernel priority, disabled kernels, tuned table and per-layer overrides.
+
+    >>> policy = md.KernelPolicy(["aiter-bpreshuffle", "aiter-blockscale"], tuned=md.TunedTable.embedded())
+    >>> kernel, reason = policy.select("q_b_proj", 3072, 1536, md.platform("mi355x"))
+    """
+
+    priority: list[str]
+    disabled: set[str] = field(default_factory=set)
+    tuned: TunedTable | None = None
+    overrides: dict[str, str] = field(default_factory=dict)
+    kernel_options: dict[str, dict] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.priority, str):
+            raise TypeError("KernelPolicy.priority: give a list of kernel names, not one string")
+        self.priority = [_canonical(name) for name in self.priority]
+        if not self.priority:
+            raise ValueError("KernelPolicy.priority: at least one kernel is needed")
+        self.disabled = {_canonical(name) for name in parse_disabled(self.disabled)}
+        self.overrides = {layer: _canonical(name) for layer, name in self.overrides.items()}
+        self.kernel_options = {_canonical(name): dict(opts) for name, opts in self.kernel_options.items()}
+        if self.tuned is None:
+            self.tuned = TunedTable.default()
+
+    @classmethod
+    def for_platform(
+        cls,
+        plat: Platform | str,
+        preshuffled_first: bool = True,
+        native: bool | None = None,
+        tuned: TunedTable | None = None,
+        **kwargs,
+    ) -> KernelPolicy:
+        """vLLM-like default priority for a platform.
+
+        ROCm: aiter-bpreshuffle (only if `preshuffled_first`, as since vLLM PR #51692), then
+        aiter-blockscale, then the reference. NVIDIA: cublas-blockwise, then the reference. CPU: the
+        reference. `native=None` uses the real aiter ops when importable, the emulations otherwise.
+        """
+        plat = platform(plat)
+        if plat.is_rocm:
+            names = ["aiter-bpreshuffle", "aiter-blockscale"] if preshuffled_first else ["aiter-blockscale"]
+            if native is None:
+                native = get_kernel("aiter-native-blockscale").availability()[0]
+            if native:
+                names = [name.replace("aiter-", "aiter-native-") for name in names]
+            names.append("torch-reference")
+        elif plat.is_cuda:
+            names = ["cublas-blockwise", "torch-reference"]
+        else:
+            names = ["torch-reference"]
+        return cls(priority=names, tuned=tuned, **kwargs)
+
+    def kernel(self, name: str) -> Kernel:
+        name = _canonical(name)
+        return get_kernel(name, **self.kernel_options.get(name, {}))
+
+    def select(
+        self, layer: str, n: int, k: int, plat: Platform | str, fmt: Fp8Format | None = None, m: int | None = None
+    ) -> tuple[Kernel, str]:
+        """The kernel for one linear (per-rank shape N x K) and why, in words."""
+        plat = platform(plat)
+        problem = GemmProblem(layer=layer, n=n, k=k, fmt=fmt or plat.fp8, tuned=self.tuned, m=m)
+        shape = f"{layer} (N={n}, K={k}) on {plat.name}"
+        if layer in self.overrides:
+            kernel = self.kernel(self.overrides[layer])
+            ok, why = self._check(kernel, problem, plat)
+            if not ok:
+                raise ValueError(f"{shape}: the override to {kernel.name} cannot be honoured: {why}")
+            return kernel, f"{kernel.name}: per-layer override ({why})"
+        skipped: list[str] = []
+        for name in self.priority:
+            if name in self.disabled:
+                skipped.append(f"{name} disabled")
+                continue
+            kernel = self.kernel(name)
+            ok, why = self._check(kernel, problem, plat)
+            if ok:
+                passed = f"; skipped {', '.join(skipped)}" if skipped else ""
+                return kernel, f"{kernel.name}: {why}{passed}"
+            skipped.append(f"{name} ({why})")
+        raise ValueError(f"{shape}: no kernel in the priority list can implement it: {'; '.join(skipped)}")
+
+    @staticmethod
+    def _check(kernel: Kernel, problem: GemmProblem, plat: Platform) -> tuple[bool, str]:
+        available, why = kernel.availability()
+        if not available:
+            return False, why
+        return kernel.can_implement(problem, plat)
+
+
+def parse_disabled(spec: str | Iterable[str] | Mapping | None) -> list[str]:
+    """Kernel names from a ``VLLM_DISABLED_KERNELS``-style comma list or an iterable of names."""
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        return [part.strip() for part in spec.split(",") if part.strip()]
+    return [str(part) for part in spec]

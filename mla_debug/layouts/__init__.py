@@ -1,0 +1,45 @@
+"""Scale presentations, weight shuffles, layout histories, layout contracts and forensics."""
+
+from .contracts import ContractViolation, ViolationKind, scale_order_violation, weight_read_violation
+from .forensics import WeightLayoutMatch, identify_scale_layout, identify_weight_layout
+from .quantized import QuantizedActivation, QuantizedWeight, quantize_blocks, quantize_groups
+from .scale_layout import (
+    ScaleLayout,
+    convert_scale,
+    present_scale,
+    read_scale,
+    same_bytes,
+    scale_as_read,
+    scale_memory,
+)
+from .weight_layout import WeightLayout, WeightTransform
+from .weight_shuffle import LAYOUTS, is_involution, pad_k, shuffle_period, shuffle_weight, unshuffle_weight
+
+__all__ = [
+    "LAYOUTS",
+    "ContractViolation",
+    "QuantizedActivation",
+    "QuantizedWeight",
+    "ScaleLayout",
+    "ViolationKind",
+    "WeightLayout",
+    "WeightLayoutMatch",
+    "WeightTransform",
+    "convert_scale",
+    "identify_scale_layout",
+    "identify_weight_layout",
+    "is_involution",
+    "pad_k",
+    "present_scale",
+    "quantize_blocks",
+    "quantize_groups",
+    "read_scale",
+    "same_bytes",
+    "scale_as_read",
+    "scale_memory",
+    "scale_order_violation",
+    "shuffle_period",
+    "shuffle_weight",
+    "unshuffle_weight",
+    "weight_read_violation",
+]

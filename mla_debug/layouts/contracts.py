@@ -1,0 +1,112 @@
+"""Layout contracts between producers and consumers of bytes, and the violations a run records.
+
+A violation is recorded whenever a consumer reads bytes in another order than they were written,
+even when the read happens to be harmless (M == 1, or a double shuffle on a 256-byte row where the
+shuffle is an involution); ``effective`` says whether the values read are actually wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .scale_layout import ScaleLayout, same_bytes
+from .weight_layout import WeightLayout
+from .weight_shuffle import ShuffleLayout, shuffle_period
+
+
+class ViolationKind(str, Enum):
+    SCALE_ORDER = "scale-order"
+    DOUBLE_SHUFFLE = "double-shuffle"
+    RELAID_WEIGHT_DIRECT_READ = "direct-read-of-relaid-weight"
+    WEIGHT_LAYOUT_MISMATCH = "weight-layout-mismatch"
+    CONSUMERS_DISAGREE = "consumers-disagree"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ContractViolation:
+    """One broken layout contract: who read which tensor, expecting what, finding what."""
+
+    kind: ViolationKind
+    consumer: str
+    tensor: str
+    expected: str
+    found: str
+    effective: bool
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def scale_order_violation(
+    consumer: str, tensor: str, written: ScaleLayout, read_as: ScaleLayout, m: int, g: int
+) -> ContractViolation | None:
+    """A violation when `consumer` reads scale bytes in another order than the producer wrote them."""
+    if written.byte_order == read_as.byte_order:
+        return None
+    effective = not same_bytes(written, read_as, m, g)
+    consequence = (
+        f"for M={m} > 1 row m reads the scales of other tokens"
+        if effective
+        else f"harmless here because the bytes coincide (M={m}, G={g})"
+    )
+    return ContractViolation(
+        kind=ViolationKind.SCALE_ORDER,
+        consumer=consumer,
+        tensor=tensor,
+        expected=read_as.name,
+        found=written.name,
+        effective=effective,
+        message=(
+            f"{tensor}: {consumer} reads {read_as.name} activation-scale bytes but the producer wrote "
+            f"{written.name}; {consequence}"
+        ),
+    )
+
+
+def weight_read_violation(
+    consumer: str,
+    tensor: str,
+    layout: WeightLayout,
+    expects: ShuffleLayout | None,
+    k: int,
+    element_size: int,
+    direct_reader: bool = False,
+) -> ContractViolation | None:
+    """A violation when a reader expecting one (`expects`) or no shuffle finds another history."""
+    count = layout.shuffle_count
+    wanted = 0 if expects is None else 1
+    layouts = set(layout.shuffle_layouts)
+    if count == wanted and (expects is None or layouts == {tuple(expects)}):
+        return None
+    if count >= 2:
+        kind = ViolationKind.DOUBLE_SHUFFLE
+    elif direct_reader:
+        kind = ViolationKind.RELAID_WEIGHT_DIRECT_READ
+    else:
+        kind = ViolationKind.WEIGHT_LAYOUT_MISMATCH
+    effective = True
+    if len(layouts) <= 1 and (expects is None or not layouts or layouts == {tuple(expects)}):
+        only = next(iter(layouts), tuple(expects) if expects else (16, 16))
+        effective = (count - wanted) % shuffle_period(k, element_size, only) != 0
+    expected = "plain bytes" if expects is None else f"bytes shuffled once with {tuple(expects)}"
+    reader = "reads the weight directly" if direct_reader else "reads the weight"
+    consequence = "the values it reads are wrong" if effective else (
+        "harmless here: the shuffle is an involution at this row width, so the bytes coincide"
+    )
+    return ContractViolation(
+        kind=kind,
+        consumer=consumer,
+        tensor=tensor,
+        expected=expected,
+        found=layout.describe(),
+        effective=effective,
+        message=(
+            f"{tensor}: {consumer} {reader} expecting {expected}, but it was "
+            f"{'shuffled ' + str(count) + ' times' if count else 'left plain'} ({layout.describe()}); {consequence}"
+        ),
+    )

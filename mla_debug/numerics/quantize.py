@@ -1,0 +1,178 @@
+"""Per-1x128 group quantization (activations) and per-128x128 block quantization (weights), as math.
+
+These functions return plain tensors: fp8 values and the LOGICAL fp32 scale (one value per group or
+block). How the scale is laid out in memory for a kernel is a layout question, answered in
+``mla_debug.layouts``.
+
+Recipe (SEMANTICS 2): ``amax = max(max|x|, floor)`` in fp32, ``scale = amax / fmt_max``
+(optionally rounded up to a power of two, ue8m0), ``q = cast_rne(x * (1/scale))`` or ``x / scale``,
+clamped to +-fmt_max first when the flavor clamps. NaN and Inf inputs flow through (a group holding an
+Inf gets an infinite scale and NaN/0 values); they never raise.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from .._checks import describe, require_floating, require_min_ndim, require_multiple, require_tensor
+from .flavors import QuantFlavor, quant_flavor
+from .formats import Fp8Format, fp8_format
+
+# Bound on the fp32 temporaries of block quantization (elements), so quantizing a 37M-element weight
+# does not hold several full fp32 copies at once.
+_CHUNK_ELEMENTS = 1 << 22
+
+
+class Fp8OverflowWarning(UserWarning):
+    """Finite values left the fp8 range during a cast (NaN on e4m3fnuz, saturation on e4m3fn)."""
+
+
+def overflow_threshold(fmt: Fp8Format) -> float:
+    """Smallest magnitude the cast no longer rounds to +-max: max plus half an ulp of the top binade."""
+    top_exponent = math.floor(math.log2(fmt.max))
+    return fmt.max + 2.0 ** (top_exponent - 3 - 1)
+
+
+def ceil_pow2(scale: torch.Tensor) -> torch.Tensor:
+    """Round positive scales up to a power of two exactly (ue8m0); NaN and Inf pass through."""
+    mantissa, exponent = torch.frexp(scale)
+    exponent = exponent - (mantissa == 0.5).to(exponent.dtype)
+    rounded = torch.ldexp(torch.ones_like(scale), exponent)
+    return torch.where(torch.isfinite(scale), rounded, scale)
+
+
+def _scaled_cast(
+    view: torch.Tensor,
+    reduce_dims: tuple[int, ...],
+    floor: float,
+    fmt: Fp8Format,
+    flavor: QuantFlavor,
+    ue8m0: bool,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Quantize a float32 view whose `reduce_dims` span one group/block. Returns (q, scale, overflows)."""
+    fmt_max = flavor.fmt_max(fmt)
+    amax = view.abs().amax(dim=reduce_dims, keepdim=True).clamp_min(floor)
+    scale = amax / fmt_max
+    if ue8m0:
+        scale = ceil_pow2(scale)
+    if flavor.quotient == "div":
+        y = view / scale
+    else:
+        y = view * (1.0 / scale)
+    overflows = 0
+    if flavor.clamp:
+        y = y.clamp_(-fmt_max, fmt_max)
+    else:
+        overflows = int(((y.abs() >= overflow_threshold(fmt)) & torch.isfinite(y)).sum())
+    return y.to(fmt.dtype), scale.squeeze(reduce_dims), overflows
+
+
+def _report_overflow(name: str, count: int, fmt: Fp8Format, flavor: QuantFlavor) -> None:
+    if count:
+        effect = "NaN" if fmt.dtype == torch.float8_e4m3fnuz else f"+-{fmt.max:g} (saturated)"
+        warnings.warn(
+            f"{name}: {count} finite values exceeded the {fmt.name} range under flavor "
+            f"'{flavor.name}' (fmt max {flavor.fmt_max(fmt):g}) and became {effect}",
+            Fp8OverflowWarning,
+            stacklevel=3,
+        )
+
+
+def group_quantize(
+    x: torch.Tensor,
+    group_size: int = 128,
+    fmt: Fp8Format | str = "e4m3fn",
+    flavor: QuantFlavor | str = "aiter",
+    ue8m0: bool = False,
+    name: str = "x",
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Quantize the last dimension in groups of `group_size`.
+
+    Returns (q, scale, overflow_count): q has x's shape and the fp8 dtype, scale has shape
+    (..., K/group_size) in fp32 (logical, row-major).
+    """
+    require_tensor(name, x)
+    require_floating(name, x)
+    require_min_ndim(name, x, 1)
+    fmt, flavor = fp8_format(fmt), quant_flavor(flavor)
+    if group_size <= 0:
+        raise ValueError(f"{name}: group_size={group_size} must be positive")
+    k = x.shape[-1]
+    require_multiple(name, x, "K", k, group_size, f"per-1x{group_size} group quantization")
+    view = x.to(torch.float32).reshape(*x.shape[:-1], k // group_size, group_size)
+    q, scale, overflows = _scaled_cast(view, (-1,), flavor.group_amax_floor, fmt, flavor, ue8m0)
+    _report_overflow(name, overflows, fmt, flavor)
+    return q.reshape(x.shape), scale, overflows
+
+
+def block_quantize(
+    w: torch.Tensor,
+    block: tuple[int, int] = (128, 128),
+    fmt: Fp8Format | str = "e4m3fn",
+    flavor: QuantFlavor | str = "aiter",
+    ue8m0: bool = False,
+    name: str = "weight",
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Quantize a 2-D weight (N, K) in blocks; partial edge blocks are allowed (zeros do not move amax).
+
+    Returns (q, scale, overflow_count) with q (N, K) fp8 and scale (ceil(N/bn), ceil(K/bk)) fp32.
+    Works in row chunks so the fp32 temporaries stay small whatever the weight's size.
+    """
+    require_tensor(name, w)
+    require_floating(name, w)
+    if w.dim() != 2:
+        raise ValueError(f"{name}: {describe(w)} must be 2-D (N, K) for block quantization")
+    fmt, flavor = fp8_format(fmt), quant_flavor(flavor)
+    bn, bk = block
+    if bn <= 0 or bk <= 0:
+        raise ValueError(f"{name}: block {block} must be positive")
+    n, k = w.shape
+    nb, kb = -(-n // bn), -(-k // bk)
+    q = torch.empty((n, k), dtype=fmt.dtype, device=w.device)
+    scale = torch.empty((nb, kb), dtype=torch.float32, device=w.device)
+    blocks_per_chunk = max(1, _CHUNK_ELEMENTS // (bn * kb * bk))
+    overflows = 0
+    for b0 in range(0, nb, blocks_per_chunk):
+        b1 = min(nb, b0 + blocks_per_chunk)
+        r0, r1 = b0 * bn, min(n, b1 * bn)
+        chunk = w[r0:r1].to(torch.float32)
+        padded_rows, padded_cols = (b1 - b0) * bn, kb * bk
+        if chunk.shape != (padded_rows, padded_cols):
+            chunk = torch.nn.functional.pad(chunk, (0, padded_cols - k, 0, padded_rows - (r1 - r0)))
+        view = chunk.view(b1 - b0, bn, kb, bk)
+        q_chunk, s_chunk, count = _scaled_cast(view, (1, 3), flavor.block_amax_floor, fmt, flavor, ue8m0)
+        q[r0:r1] = q_chunk.view(padded_rows, padded_cols)[: r1 - r0, :k]
+        scale[b0:b1] = s_chunk
+        overflows += count
+    _report_overflow(name, overflows, fmt, flavor)
+    return q, scale, overflows
+
+
+def group_dequantize(q: torch.Tensor, scale: torch.Tensor, group_size: int = 128) -> torch.Tensor:
+    """fp32 values of group-quantized data: q (..., K) times the logical scale (..., K/group_size)."""
+    fmt = fp8_format(q.dtype)
+    k = q.shape[-1]
+    if scale.shape != (*q.shape[:-1], k // group_size):
+        raise ValueError(
+            f"scale: {describe(scale)} does not match data {describe(q)} with group_size {group_size}"
+        )
+    values = fmt.decode(q).view(*q.shape[:-1], k // group_size, group_size)
+    return (values * scale.unsqueeze(-1)).reshape(q.shape)
+
+
+def block_dequantize(q: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] = (128, 128)) -> torch.Tensor:
+    """fp32 values of a block-quantized (N, K) weight; `weight_scale_inv` multiplies despite its name."""
+    fmt = fp8_format(q.dtype)
+    n, k = q.shape
+    bn, bk = block
+    nb, kb = -(-n // bn), -(-k // bk)
+    if tuple(scale.shape) != (nb, kb):
+        raise ValueError(f"weight scale: {describe(scale)} does not match weight {describe(q)} in {block} blocks")
+    values = fmt.decode(q)
+    if n % bn == 0 and k % bk == 0:
+        return values.view(nb, bn, kb, bk).mul_(scale.view(nb, 1, kb, 1)).view(n, k)
+    expanded = scale.repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+    return values.mul_(expanded)
