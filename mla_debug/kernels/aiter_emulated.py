@@ -65,6 +65,7 @@ class AiterBpreshuffleEmulated(_AiterKernel):
     vllm_name = "AiterPreshuffledFp8BlockScaledMMKernel"
     wants_transposed_act_scale = True
     preshuffles_weight = True
+    act_scale_layout = ScaleLayout.COL_MAJOR
 
     def __init__(
         self, accumulation: Accumulation = "blockwise", flavor: str = "aiter", honour_layer_flags: bool = True
@@ -98,4 +99,4 @@ class AiterBpreshuffleEmulated(_AiterKernel):
     def contract(self, linear: BlockScaledLinear) -> Contract:
         if linear.plain_fallback:
             return Contract(scale=ScaleLayout.ROW_MAJOR, weight=None)
-        return Contract(scale=ScaleLayout.COL_MAJOR, weight=SHUFFLE)
+        return Contract(scale=self.act_scale_layout, weight=SHUFFLE)

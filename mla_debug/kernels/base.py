@@ -73,6 +73,8 @@ class Kernel(ABC):
     preshuffles_weight: ClassVar[bool] = False
     # vLLM's class name, so VLLM_DISABLED_KERNELS-style lists can name kernels either way.
     vllm_name: ClassVar[str | None] = None
+    # The activation-scale presentation this kernel reads (and its own input quantization writes).
+    act_scale_layout: ClassVar[ScaleLayout] = ScaleLayout.ROW_MAJOR
     # True for readers that decode the scale with the layout its producer declared (the reference);
     # false for kernels that read raw bytes in their own fixed order.
     reads_declared_scale_layout: ClassVar[bool] = False
@@ -92,7 +94,7 @@ class Kernel(ABC):
         """Whether this kernel takes this problem on this platform, with the reason in words."""
         if problem.k % 128:
             return False, f"K={problem.k} is not a multiple of 128"
-        return True, "K is a multiple of 128"
+        return True, "takes this shape (K is a multiple of 128)"
 
     # -- load time --------------------------------------------------------------------------------
     def process_weights_after_loading(self, linear: BlockScaledLinear) -> None:
@@ -100,17 +102,16 @@ class Kernel(ABC):
 
     def contract(self, linear: BlockScaledLinear) -> Contract:
         """What this kernel reads for `linear` (may depend on what happened at load)."""
-        return Contract(scale=ScaleLayout.ROW_MAJOR, weight=None)
+        return Contract(scale=self.act_scale_layout, weight=None)
 
     # -- run time ---------------------------------------------------------------------------------
     def quantize_input(
         self, x: torch.Tensor, fmt: Fp8Format, scale_layout: ScaleLayout | None = None
     ) -> QuantizedActivation:
         """Quantize x (M, K) per 1x128 the way this kernel's caller does, in the scale order it reads."""
-        if scale_layout is None:
-            scale_layout = ScaleLayout.COL_MAJOR if self.wants_transposed_act_scale else ScaleLayout.ROW_MAJOR
         return quantize_groups(
-            x, 128, fmt=fmt, flavor=self.flavor, scale_layout=scale_layout, producer=f"{self.name} input quant"
+            x, 128, fmt=fmt, flavor=self.flavor, scale_layout=scale_layout or self.act_scale_layout,
+            producer=f"{self.name} input quant",
         )
 
     def run(self, linear: BlockScaledLinear, x: torch.Tensor | QuantizedActivation) -> GemmCall:
@@ -123,7 +124,7 @@ class Kernel(ABC):
             require_floating(f"{linear.name} input", x)
             if x.dim() < 1 or x.shape[-1] != linear.k:
                 raise ValueError(
-                    f"{linear.name}: input {describe(x)} must have last dimension K={linear.k} "
+                    f"{linear.name} input: {describe(x)} must have last dimension K={linear.k} "
                     f"to multiply by the weight (N, K) = ({linear.n}, {linear.k})"
                 )
             lead = tuple(x.shape[:-1])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .._checks import describe
-from ..layouts import QuantizedActivation, ScaleLayout
+from ..layouts import QuantizedActivation, ScaleLayout, present_scale, read_scale
 from ..numerics import E4M3FN
 from .base import Contract, GemmProblem, Kernel, register_kernel
 
@@ -27,6 +27,7 @@ class CublasBlockwiseKernel(Kernel):
     name = "cublas-blockwise"
     description = "torch F.scaled_mm BlockWise1x128 x BlockWise128x128 (cuBLAS, CUDA sm90+)"
     wants_transposed_act_scale = True
+    act_scale_layout = ScaleLayout.COL_MAJOR_STRIDED
 
     def availability(self) -> tuple[bool, str]:
         if not hasattr(torch.nn.functional, "scaled_mm"):
@@ -45,9 +46,6 @@ class CublasBlockwiseKernel(Kernel):
             return False, f"cuBLAS blockwise takes e4m3fn, the weight is {problem.fmt.name}"
         return super().can_implement(problem, platform)
 
-    def contract(self, linear: BlockScaledLinear) -> Contract:
-        return Contract(scale=ScaleLayout.COL_MAJOR_STRIDED, weight=None)
-
     def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
         from torch.nn.functional import ScalingType, scaled_mm
 
@@ -57,19 +55,43 @@ class CublasBlockwiseKernel(Kernel):
             raise ValueError(
                 f"{linear.name}: input on {qa.data.device} but the weight on {device}; move both to one CUDA device"
             )
+        data, scale = qa.data, qa.scale
+        padded = _padded_rows(qa)
+        if padded is not None:
+            data, scale = padded
         try:
-            return scaled_mm(
-                qa.data,
+            out = scaled_mm(
+                data,
                 weight.data.t(),
-                qa.scale,
+                scale,
                 ScalingType.BlockWise1x128,
                 weight.scale.t(),
                 ScalingType.BlockWise128x128,
                 output_dtype=torch.bfloat16,
             )
+            return out[: qa.m]
         except (RuntimeError, ValueError) as err:
             raise ValueError(
                 f"{linear.name}: cublas-blockwise rejected the call: input scale {describe(qa.scale)} with "
                 f"strides {tuple(qa.scale.stride())} written {qa.scale_layout.name}; scaled_mm BlockWise1x128 "
                 f"needs COL_MAJOR_STRIDED strides (1, M={qa.m}). torch said: {err}"
             ) from err
+
+
+# cuBLAS (CUDA 13, H200; measured by benchmarks/gpu_probe.py) refuses BlockWise1x128 unless M % 4 == 0
+# (CUBLAS_STATUS_NOT_SUPPORTED for M = 1, 2, 3, 5, 7, 15, 17, ...).
+ROW_MULTIPLE = 4
+
+
+def _padded_rows(qa: QuantizedActivation) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Zero rows appended up to a multiple of 4, with a correctly strided scale - only when the caller
+    honoured the stride contract; a wrongly strided scale goes to torch unchanged so it is rejected."""
+    m, groups = qa.m, qa.groups
+    if m % ROW_MULTIPLE == 0 or tuple(qa.scale.stride()) != ScaleLayout.COL_MAJOR_STRIDED.strides(m, groups):
+        return None
+    rows = -(-m // ROW_MULTIPLE) * ROW_MULTIPLE
+    data = torch.zeros((rows, qa.k), dtype=torch.uint8, device=qa.data.device)
+    data[:m] = qa.data.view(torch.uint8)
+    logical = torch.ones((rows, groups), dtype=torch.float32, device=qa.scale.device)
+    logical[:m] = read_scale(qa.scale, ScaleLayout.COL_MAJOR_STRIDED)
+    return data.view(qa.data.dtype), present_scale(logical, ScaleLayout.COL_MAJOR_STRIDED)

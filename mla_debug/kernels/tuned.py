@@ -64,6 +64,7 @@ class TunedTable:
 
     def __init__(self, rows: Iterable[TunedRow], source: str, conflicts: list[tuple[TunedRow, TunedRow]] | None = None):
         self.source = source
+        self.files: list[Path] = []
         self.conflicts = list(conflicts or [])
         self._index: dict[tuple[str, int, int, int], dict[int | None, TunedRow]] = {}
         for row in rows:
@@ -81,7 +82,9 @@ class TunedTable:
         rows: list[TunedRow] = []
         for path in files:
             rows.extend(_read_csv(path))
-        return cls(rows, source=":".join(str(p) for p in files))
+        table = cls(rows, source=_describe_files(files))
+        table.files = files
+        return table
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TunedTable:
@@ -181,6 +184,13 @@ def installed_aiter_configs() -> Path | None:
         if (configs / f"{TUNED_NAME}.csv").is_file():
             return configs
     return None
+
+
+def _describe_files(files: list[Path]) -> str:
+    if len(files) == 1:
+        return str(files[0])
+    parent = Path(os.path.commonpath([str(f.parent) for f in files]))
+    return f"{len(files)} CSV files under {parent}"
 
 
 def _expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:

@@ -68,6 +68,10 @@ def scale_order_violation(
     )
 
 
+def _shuffled_times(count: int) -> str:
+    return {0: "left plain", 1: "shuffled once", 2: "shuffled twice"}.get(count, f"shuffled {count} times")
+
+
 def weight_read_violation(
     consumer: str,
     tensor: str,
@@ -107,6 +111,6 @@ def weight_read_violation(
         effective=effective,
         message=(
             f"{tensor}: {consumer} {reader} expecting {expected}, but it was "
-            f"{'shuffled ' + str(count) + ' times' if count else 'left plain'} ({layout.describe()}); {consequence}"
+            f"{_shuffled_times(count)} ({layout.describe()}); {consequence}"
         ),
     )

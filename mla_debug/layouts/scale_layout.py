@@ -56,13 +56,15 @@ def present_scale(logical: torch.Tensor, layout: ScaleLayout | str, name: str = 
     require_ndim(name, logical, 2)
     layout = ScaleLayout.parse(layout)
     m, g = logical.shape
-    if layout is ScaleLayout.ROW_MAJOR:
-        return logical.clone(memory_format=torch.contiguous_format)
-    transposed = logical.t().contiguous()
+    # Always a fresh allocation with the layout's exact strides: `.contiguous()` returns its input
+    # unchanged when M == 1 or G == 1, which used to alias `logical` and leave size-1 strides off.
+    buffer = torch.empty_strided((m, g), layout.strides(m, g), dtype=logical.dtype, device=logical.device)
     if layout is ScaleLayout.COL_MAJOR:
         # The transpose's bytes in a buffer that claims the plain (M, G) shape and strides.
-        return transposed.view(m, g)
-    return transposed.t()
+        buffer.view(g, m).copy_(logical.t())
+    else:
+        buffer.copy_(logical)
+    return buffer
 
 
 def scale_memory(buffer: torch.Tensor, name: str = "scale") -> torch.Tensor:
@@ -82,6 +84,7 @@ def read_scale(buffer: torch.Tensor, layout: ScaleLayout | str, name: str = "sca
     The buffer's own strides are ignored, as CK and ASM kernels ignore them: only its shape (M, G)
     and its bytes in memory order matter.
     """
+    require_tensor(name, buffer)
     require_ndim(name, buffer, 2)
     layout = ScaleLayout.parse(layout)
     m, g = buffer.shape

@@ -57,7 +57,12 @@ def snr_db(actual: torch.Tensor, reference: torch.Tensor) -> float:
         return math.inf
     if signal == 0.0:
         return -math.inf
-    return 10.0 * math.log10(signal / noise)
+    ratio = signal / noise
+    if ratio == 0.0 or math.isinf(ratio):
+        # infinite noise (an Inf in actual) or signal, or a ratio outside float64's range: log10(0)
+        # would raise, so take the logarithms separately (-inf, +inf, or NaN for Inf/Inf)
+        return 10.0 * (math.log10(signal) - math.log10(noise))
+    return 10.0 * math.log10(ratio)
 
 
 def deepgemm_diff(actual: torch.Tensor, reference: torch.Tensor) -> float:

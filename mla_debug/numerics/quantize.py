@@ -55,7 +55,10 @@ def _scaled_cast(
     """Quantize a float32 view whose `reduce_dims` span one group/block. Returns (q, scale, overflows)."""
     fmt_max = flavor.fmt_max(fmt)
     amax = view.abs().amax(dim=reduce_dims, keepdim=True).clamp_min(floor)
-    scale = amax / fmt_max
+    # Divide by a full tensor, not a Python scalar: CUDA torch turns `t / scalar` into `t * (1/scalar)`,
+    # which is not the correctly rounded quotient (the CPU divides exactly), so scales would differ by
+    # an ulp between devices.
+    scale = amax / torch.full_like(amax, fmt_max)
     if ue8m0:
         scale = ceil_pow2(scale)
     if flavor.quotient == "div":

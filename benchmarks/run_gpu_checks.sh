@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU correctness checks and GPU timings in one go, for a CUDA machine (run from anywhere).
+# Logs go to $OUT (or benchmarks/out): versions.txt, gpu_tests.log, gpu_gemm_bench.log/.md.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-benchmarks/out}
+mkdir -p "$out"
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+python3 - <<'PY' | tee "$out/versions.txt"
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name())
+try:
+    import triton
+    print("triton", triton.__version__)
+except ImportError:
+    print("triton not installed")
+PY
+python3 benchmarks/gpu_probe.py 2>&1 | tee "$out/gpu_probe.log"
+python3 -m pytest -q -m gpu tests/kernels -p no:cacheprovider 2>&1 | tee "$out/gpu_tests.log"
+status=${PIPESTATUS[0]}
+python3 benchmarks/gpu_gemm_bench.py --out "$out/gpu_gemm_bench.md" 2>&1 | tee "$out/gpu_gemm_bench.log"
+exit "$status"

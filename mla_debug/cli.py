@@ -1,0 +1,108 @@
+"""`mla-debug` command line (also `python -m mla_debug.cli`).
+
+Subcommands:
+  demo      the silent layout bugs of aiter's preshuffled GEMM, reproduced on the CPU
+  kernels   the registered kernels, their capability flags and whether they run here
+  select    which kernel a serving engine picks for a layer shape on a platform, and why
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import main as demo_main
+
+    return demo_main([])
+
+
+def _cmd_kernels(args: argparse.Namespace) -> int:
+    from . import get_kernel, kernel_names
+
+    rows = []
+    for name in kernel_names():
+        kernel = get_kernel(name)
+        ok, why = kernel.availability()
+        rows.append(
+            (
+                name,
+                "yes" if kernel.wants_transposed_act_scale else "no",
+                "yes" if kernel.preshuffles_weight else "no",
+                "yes" if ok else "no",
+                why if not ok else kernel.description,
+            )
+        )
+    header = ("kernel", "col-major scale", "preshuffles", "runs here", "description / why not")
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(4)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[4])
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)) + "  " + row[4])
+    return 0
+
+
+def _cmd_select(args: argparse.Namespace) -> int:
+    from . import KernelPolicy, TunedTable, platform
+
+    plat = platform(args.platform)
+    tuned = TunedTable.from_csv(args.tuned) if args.tuned else TunedTable.default()
+    policy = KernelPolicy.for_platform(
+        plat, preshuffled_first=not args.before_pr51692, native=False if args.emulated else None,
+        tuned=tuned, disabled=args.disable or [],
+    )
+    print(f"platform {plat.name} ({plat.description}); priority {policy.priority}; tuned table: {tuned.source}")
+    for shape in args.shape:
+        n, k = _parse_shape(shape)
+        kernel, reason = policy.select(args.layer, n, k, plat, m=args.m)
+        print(f"{args.layer} N={n} K={k}: {reason}")
+        if args.m is not None and tuned.has_m:
+            row = tuned.lookup(plat, args.m, n, k)
+            inside = f"row M={row.m} {row.libtype} {row.kernel_name} ({row.source})" if row else "no row: default CK kernel"
+            print(f"  inside aiter for M={args.m}: {inside}")
+    return 0
+
+
+def _parse_shape(text: str) -> tuple[int, int]:
+    try:
+        n, k = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"mla-debug select: shape {text!r} is not NxK (e.g. 3072x1536)") from None
+    return n, k
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mla-debug", description="Debug FP8 block-scaled MLA layers across TP sizes.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="reproduce the silent layout bugs on the CPU")
+    demo.set_defaults(func=_cmd_demo)
+
+    kernels = sub.add_parser("kernels", help="list kernels, their flags and availability")
+    kernels.set_defaults(func=_cmd_kernels)
+
+    select = sub.add_parser("select", help="which kernel a layer shape gets, and why")
+    select.add_argument("shape", nargs="+", help="per-rank weight shape NxK, e.g. 3072x1536")
+    select.add_argument("--platform", default="mi355x")
+    select.add_argument("--layer", default="linear", help="layer name used in the explanation")
+    select.add_argument("--m", type=int, default=None, help="also show aiter's tuned row for this M")
+    select.add_argument("--tuned", default=None, help="tuned CSV file(s) or aiter configs/ folder (':'-separated)")
+    select.add_argument("--before-pr51692", action="store_true", help="vLLM's ROCm order before the preshuffled kernel")
+    select.add_argument("--disable", nargs="*", help="kernel names or vLLM class names to disable")
+    select.add_argument("--emulated", action="store_true", help="never use the real aiter even when importable")
+    select.set_defaults(func=_cmd_select)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, LookupError, FileNotFoundError) as err:
+        print(f"mla-debug {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
