@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from ..layouts.weight_shuffle import ShuffleLayout, unshuffle_weight
+from ..numerics.quantize import block_dequantize
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear
@@ -54,10 +55,7 @@ def weight_values(linear: BlockScaledLinear, shuffled: ShuffleLayout | None, sca
             f"{linear.name}.weight: bytes are K-padded to {data.shape[1]} (logical K={weight.k}); "
             "a plain-weight reader cannot read them"
         )
-    values = weight.fmt.decode(data)
-    if scaled:
-        rows = expand_weight_scale(scale, weight.n).repeat_interleave(BLOCK, dim=1)[:, : weight.k]
-        values.mul_(rows)
+    values = block_dequantize(data, scale) if scaled else weight.fmt.decode(data)
     linear.read_cache[mode] = (key, values)
     return values
 

@@ -43,9 +43,10 @@ class ContractViolation:
 
 
 def scale_order_violation(
-    consumer: str, tensor: str, written: ScaleLayout, read_as: ScaleLayout, m: int, g: int
+    consumer: str, tensor: str, written: ScaleLayout | str, read_as: ScaleLayout | str, m: int, g: int
 ) -> ContractViolation | None:
     """A violation when `consumer` reads scale bytes in another order than the producer wrote them."""
+    written, read_as = ScaleLayout.parse(written), ScaleLayout.parse(read_as)
     if written.byte_order == read_as.byte_order:
         return None
     effective = not same_bytes(written, read_as, m, g)
@@ -100,7 +101,8 @@ def weight_read_violation(
     expected = "plain bytes" if expects is None else f"bytes shuffled once with {tuple(expects)}"
     reader = "reads the weight directly" if direct_reader else "reads the weight"
     consequence = "the values it reads are wrong" if effective else (
-        "harmless here: the shuffle is an involution at this row width, so the bytes coincide"
+        "harmless here: at this row width the extra shuffles complete a full period of the shuffle, "
+        "so the bytes read are the intended ones"
     )
     return ContractViolation(
         kind=kind,

@@ -40,6 +40,9 @@ class QuantizedActivation:
         require_tensor("activation data", self.data)
         require_tensor("activation scale", self.scale)
         self.scale_layout = ScaleLayout.parse(self.scale_layout)
+        self.fmt = fp8_format(self.fmt)
+        if self.group_size <= 0:
+            raise ValueError(f"activation: group_size={self.group_size} must be positive")
         if format_of(self.data, "activation data") != self.fmt:
             raise TypeError(f"activation data: dtype {self.data.dtype} does not match format {self.fmt.name}")
         if self.data.dim() != 2:
@@ -96,6 +99,7 @@ class QuantizedWeight:
     def __post_init__(self) -> None:
         require_tensor("weight data", self.data)
         require_tensor("weight scale", self.scale)
+        self.fmt = fp8_format(self.fmt)
         if format_of(self.data, "weight data") != self.fmt:
             raise TypeError(f"weight data: dtype {self.data.dtype} does not match format {self.fmt.name}")
         if self.data.dim() != 2:

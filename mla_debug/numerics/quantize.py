@@ -175,7 +175,13 @@ def block_dequantize(q: torch.Tensor, scale: torch.Tensor, block: tuple[int, int
     if tuple(scale.shape) != (nb, kb):
         raise ValueError(f"weight scale: {describe(scale)} does not match weight {describe(q)} in {block} blocks")
     values = fmt.decode(q)
-    if n % bn == 0 and k % bk == 0:
-        return values.view(nb, bn, kb, bk).mul_(scale.view(nb, 1, kb, 1)).view(n, k)
+    if k % bk == 0:
+        # Broadcast over whole row blocks, then the partial last block (e.g. 2112 = 16.5 x 128 rows),
+        # so no (N, K) expanded scale is ever materialized.
+        full = (n // bn) * bn
+        values[:full].view(n // bn, bn, kb, bk).mul_(scale[: n // bn].view(n // bn, 1, kb, 1))
+        if full < n:
+            values[full:].view(n - full, kb, bk).mul_(scale[-1].view(1, kb, 1))
+        return values
     expanded = scale.repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
     return values.mul_(expanded)

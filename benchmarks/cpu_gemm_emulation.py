@@ -1,0 +1,78 @@
+"""CPU cost of the aiter emulations against a plain fp32 F.linear, and of block-quantizing one layer.
+
+Run: .venv/bin/python benchmarks/cpu_gemm_emulation.py [--repeats 5]
+
+Side by side in one process, per DeepSeek-V3 shape (M=256):
+  linear_fp32           F.linear of fp32 x (M, K) and fp32 W (N, K) - the baseline
+  <kernel> dequant      first call (decodes and caches the weight as the kernel reads it) and warm calls
+  <kernel> blockwise    warm calls (per-128-K-block fp32 dots, the kernels' accumulation order)
+and the time to block-quantize all weights of one DeepSeek-V3 attention layer (about 187M parameters).
+Times are medians of `--repeats` runs (time.perf_counter); ratios are against linear_fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import torch
+
+import mla_debug as md
+
+SHAPES = [(24576, 1536), (32768, 512), (7168, 16384)]
+# One DeepSeek-V3 attention layer: fused_qkv_a_proj, q_b_proj, kv_b_proj, o_proj (N x K).
+LAYER = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384)]
+
+
+def median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--m", type=int, default=256)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for n, k in SHAPES:
+        w = torch.randn(n, k, generator=gen) * 0.02
+        qw = md.quantize_blocks(w)
+        x = torch.randn(args.m, k, generator=gen).to(torch.bfloat16)
+        x32, w32 = x.float(), qw.dequantize_plain()
+        base = median_time(lambda: torch.nn.functional.linear(x32, w32), args.repeats)
+        rows.append((n, k, "linear_fp32 (baseline)", base))
+        for name in ("aiter-blockscale", "aiter-bpreshuffle"):
+            for accumulation in ("dequant", "blockwise"):
+                lin = md.BlockScaledLinear("bench", md.QuantizedWeight(qw.data, qw.scale, qw.fmt))
+                lin.attach(md.get_kernel(name, accumulation=accumulation))
+                qa = lin.kernel.quantize_input(x, qw.fmt)
+                start = time.perf_counter()
+                lin(qa)
+                cold = time.perf_counter() - start
+                warm = median_time(lambda: lin(qa), args.repeats)
+                rows.append((n, k, f"{name} {accumulation} first call", cold))
+                rows.append((n, k, f"{name} {accumulation} warm", warm))
+    print(f"\nM={args.m}; median of {args.repeats}; ratio = time / linear_fp32 of the same shape")
+    print("| N x K | variant | ms | ratio |")
+    print("|---|---|---|---|")
+    baselines = {(n, k): t for n, k, v, t in rows if v.startswith("linear_fp32")}
+    for n, k, variant, t in rows:
+        print(f"| {n}x{k} | {variant} | {t * 1e3:.1f} | {t / baselines[(n, k)]:.2f} |")
+
+    weights = [torch.randn(n, k, generator=gen).to(torch.bfloat16) * 0.02 for n, k in LAYER]
+    params = sum(w.numel() for w in weights)
+    quant = median_time(lambda: [md.quantize_blocks(w) for w in weights], max(1, args.repeats // 2))
+    print(f"\nblock-quantize one DeepSeek-V3 attention layer ({params / 1e6:.1f}M bf16 params): {quant:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
