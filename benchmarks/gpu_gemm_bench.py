@@ -61,7 +61,7 @@ def main() -> None:
             xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
             qas = [cublas.kernel.quantize_input(x, qw.fmt) for x in xs]
             qas_col = [emul.kernel.quantize_input(x, qw.fmt) for x in xs]
-            ref = (qas[0].dequantize() @ w_ref.t())
+            ref = qas[0].dequantize() @ w_ref.t()
             try:
                 err_cublas = md.error_metrics(cublas(qas[0]).float(), ref)["rel_l2"]
             except ValueError as err:  # cuBLAS refuses some shapes; record it instead of a time
@@ -86,10 +86,16 @@ def main() -> None:
             weight_bytes = n * k  # fp8 weight read once dominates at small M
             rows.append(
                 dict(
-                    n=n, k=k, m=m,
-                    cublas_tflops=flops / t_cublas / 1e9, bf16_tflops=flops / t_bf16 / 1e9,
-                    emul_tflops=flops / t_emul / 1e9, cublas_gbs=weight_bytes / t_cublas / 1e6,
-                    cublas_vs_bf16=t_bf16 / t_cublas, err_cublas=errs["cublas"], err_emul=errs["emulated"],
+                    n=n,
+                    k=k,
+                    m=m,
+                    cublas_tflops=flops / t_cublas / 1e9,
+                    bf16_tflops=flops / t_bf16 / 1e9,
+                    emul_tflops=flops / t_emul / 1e9,
+                    cublas_gbs=weight_bytes / t_cublas / 1e6,
+                    cublas_vs_bf16=t_bf16 / t_cublas,
+                    err_cublas=errs["cublas"],
+                    err_emul=errs["emulated"],
                 )
             )
             r = rows[-1]

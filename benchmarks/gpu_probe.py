@@ -18,8 +18,15 @@ def cublas_m_sweep() -> None:
     for m in [1, 2, 3, 4, 5, 7, 8, 12, 15, 16, 17, 31, 32, 33, 64, 100]:
         qa = md.quantize_groups(torch.randn(m, k, device="cuda"), scale_layout=md.ScaleLayout.COL_MAJOR_STRIDED)
         try:
-            scaled_mm(qa.data, w.data.t(), qa.scale, ScalingType.BlockWise1x128, w.scale.t(),
-                      ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+            scaled_mm(
+                qa.data,
+                w.data.t(),
+                qa.scale,
+                ScalingType.BlockWise1x128,
+                w.scale.t(),
+                ScalingType.BlockWise128x128,
+                output_dtype=torch.bfloat16,
+            )
             print(f"cublas M={m:<4} scale strides {tuple(qa.scale.stride())}: ok")
         except Exception as err:  # report, keep going
             print(f"cublas M={m:<4} scale strides {tuple(qa.scale.stride())}: {type(err).__name__}: {str(err)[:160]}")
@@ -27,8 +34,15 @@ def cublas_m_sweep() -> None:
     for pad in (4, 16):
         qa = md.quantize_groups(torch.randn(pad, k, device="cuda"), scale_layout=md.ScaleLayout.COL_MAJOR_STRIDED)
         try:
-            scaled_mm(qa.data, w.data.t(), qa.scale, ScalingType.BlockWise1x128, w.scale.t(),
-                      ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+            scaled_mm(
+                qa.data,
+                w.data.t(),
+                qa.scale,
+                ScalingType.BlockWise1x128,
+                w.scale.t(),
+                ScalingType.BlockWise128x128,
+                output_dtype=torch.bfloat16,
+            )
             print(f"cublas padded M={pad}: ok")
         except Exception as err:
             print(f"cublas padded M={pad}: {type(err).__name__}: {str(err)[:160]}")

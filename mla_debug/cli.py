@@ -48,8 +48,11 @@ def _cmd_select(args: argparse.Namespace) -> int:
     plat = platform(args.platform)
     tuned = TunedTable.from_csv(args.tuned) if args.tuned else TunedTable.default()
     policy = KernelPolicy.for_platform(
-        plat, preshuffled_first=not args.before_pr51692, native=False if args.emulated else None,
-        tuned=tuned, disabled=args.disable or [],
+        plat,
+        preshuffled_first=not args.before_pr51692,
+        native=False if args.emulated else None,
+        tuned=tuned,
+        disabled=args.disable or [],
     )
     print(f"platform {plat.name} ({plat.description}); priority {policy.priority}; tuned table: {tuned.source}")
     for shape in args.shape:
@@ -58,7 +61,9 @@ def _cmd_select(args: argparse.Namespace) -> int:
         print(f"{args.layer} N={n} K={k}: {reason}")
         if args.m is not None and tuned.has_m:
             row = tuned.lookup(plat, args.m, n, k)
-            inside = f"row M={row.m} {row.libtype} {row.kernel_name} ({row.source})" if row else "no row: default CK kernel"
+            inside = (
+                f"row M={row.m} {row.libtype} {row.kernel_name} ({row.source})" if row else "no row: default CK kernel"
+            )
             print(f"  inside aiter for M={args.m}: {inside}")
     return 0
 

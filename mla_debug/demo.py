@@ -70,7 +70,11 @@ def scale_order_story(policy: KernelPolicy) -> None:
     violations = []
     for m in (1, 16):
         x = _tokens(m, k, seed=10 + m)
-        for lin, layout in ((plain, ScaleLayout.ROW_MAJOR), (chosen, ScaleLayout.ROW_MAJOR), (chosen, ScaleLayout.COL_MAJOR)):
+        for lin, layout in (
+            (plain, ScaleLayout.ROW_MAJOR),
+            (chosen, ScaleLayout.ROW_MAJOR),
+            (chosen, ScaleLayout.COL_MAJOR),
+        ):
             qa = quantize_groups(x, fmt=weight.fmt, scale_layout=layout, producer="fused norm+quant")
             call = lin.run(qa)
             rel = error_metrics(call.output, reference(qa))["rel_l2"]
@@ -109,7 +113,9 @@ def direct_read_story(policy: KernelPolicy) -> None:
     print(f"\n3. Direct read of a relaid weight - kv_b_proj (N={n}, K={k}), read raw by absorbed decode")
     for label, kernel_options in (("PR #51692 (flag ignored)", False), ("PR #56433 (flag honoured)", True)):
         local = KernelPolicy(
-            policy.priority, tuned=policy.tuned, kernel_options={"aiter-bpreshuffle": {"honour_layer_flags": kernel_options}}
+            policy.priority,
+            tuned=policy.tuned,
+            kernel_options={"aiter-bpreshuffle": {"honour_layer_flags": kernel_options}},
         )
         lin = BlockScaledLinear("kv_b_proj", weight, skip_weight_relayout=True).load(local, "mi355x")
         # Absorbed decode builds W_UK / W_UV from the weight bytes as a plain (N, K) matrix.

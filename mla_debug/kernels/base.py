@@ -110,7 +110,11 @@ class Kernel(ABC):
     ) -> QuantizedActivation:
         """Quantize x (M, K) per 1x128 the way this kernel's caller does, in the scale order it reads."""
         return quantize_groups(
-            x, 128, fmt=fmt, flavor=self.flavor, scale_layout=scale_layout or self.act_scale_layout,
+            x,
+            128,
+            fmt=fmt,
+            flavor=self.flavor,
+            scale_layout=scale_layout or self.act_scale_layout,
             producer=f"{self.name} input quant",
         )
 

@@ -106,4 +106,6 @@ class BlockScaledLinear:
     def __repr__(self) -> str:
         kernel = self.kernel.name if self.kernel else "unloaded"
         flags = ",".join(self.direct_read_flags) or "no flags"
-        return f"<BlockScaledLinear {self.name} (N={self.n}, K={self.k}) {kernel}; {flags}; weight {self.weight.layout}>"
+        return (
+            f"<BlockScaledLinear {self.name} (N={self.n}, K={self.k}) {kernel}; {flags}; weight {self.weight.layout}>"
+        )

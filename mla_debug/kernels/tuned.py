@@ -154,11 +154,7 @@ class TunedTable:
 
     def shapes(self, gfx: str | None = None, cu_num: int | None = None) -> set[tuple[str, int, int, int]]:
         """Distinct (gfx, cu_num, N, K) keys, optionally for one gfx and/or cu_num."""
-        return {
-            key
-            for key in self._index
-            if (gfx is None or key[0] == gfx) and (cu_num is None or key[1] == cu_num)
-        }
+        return {key for key in self._index if (gfx is None or key[0] == gfx) and (cu_num is None or key[1] == cu_num)}
 
     def rows(self) -> list[TunedRow]:
         return [row for by_m in self._index.values() for row in by_m.values()]
@@ -208,7 +204,8 @@ def _expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> lis
             found = [main] if main.is_file() else []
             for folder in (path, path / "model_configs"):
                 found += sorted(
-                    p for p in folder.glob(f"*{TUNED_NAME}*.csv")
+                    p
+                    for p in folder.glob(f"*{TUNED_NAME}*.csv")
                     if p.is_file() and "untuned" not in p.name and p != main
                 )
             if not found:

@@ -100,9 +100,13 @@ def weight_read_violation(
         effective = (count - wanted) % shuffle_period(k, element_size, only) != 0
     expected = "plain bytes" if expects is None else f"bytes shuffled once with {tuple(expects)}"
     reader = "reads the weight directly" if direct_reader else "reads the weight"
-    consequence = "the values it reads are wrong" if effective else (
-        "harmless here: at this row width the extra shuffles complete a full period of the shuffle, "
-        "so the bytes read are the intended ones"
+    consequence = (
+        "the values it reads are wrong"
+        if effective
+        else (
+            "harmless here: at this row width the extra shuffles complete a full period of the shuffle, "
+            "so the bytes read are the intended ones"
+        )
     )
     return ContractViolation(
         kind=kind,

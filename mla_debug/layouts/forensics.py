@@ -38,8 +38,10 @@ class WeightLayoutMatch:
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     # reshape(-1), not contiguous(): torch leaves e.g. a (N, 1) tensor with strides (1, N) as it is,
     # then refuses to reinterpret it as bytes.
-    return a.shape == b.shape and a.element_size() == b.element_size() and torch.equal(
-        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+    return (
+        a.shape == b.shape
+        and a.element_size() == b.element_size()
+        and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
     )
 
 

@@ -36,6 +36,13 @@ def overflow_threshold(fmt: Fp8Format) -> float:
     return fmt.max + 2.0 ** (top_exponent - 3 - 1)
 
 
+def _tie_rounds_up(fmt: Fp8Format) -> bool:
+    """Whether a value exactly halfway above max rounds away from max (round-to-nearest-even: when
+    max's last mantissa bit is odd, e.g. 240 = 1.111b x 2^7; 448 = 1.110b x 2^8 keeps the tie)."""
+    top_exponent = math.floor(math.log2(fmt.max))
+    return int(fmt.max / 2.0 ** (top_exponent - 3)) % 2 == 1
+
+
 def ceil_pow2(scale: torch.Tensor) -> torch.Tensor:
     """Round positive scales up to a power of two exactly (ue8m0); NaN and Inf pass through."""
     mantissa, exponent = torch.frexp(scale)
@@ -69,7 +76,9 @@ def _scaled_cast(
     if flavor.clamp:
         y = y.clamp_(-fmt_max, fmt_max)
     else:
-        overflows = int(((y.abs() >= overflow_threshold(fmt)) & torch.isfinite(y)).sum())
+        magnitude, threshold = y.abs(), overflow_threshold(fmt)
+        beyond = magnitude >= threshold if _tie_rounds_up(fmt) else magnitude > threshold
+        overflows = int((beyond & torch.isfinite(y)).sum())
     return y.to(fmt.dtype), scale.squeeze(reduce_dims), overflows
 
 
@@ -158,10 +167,10 @@ def group_dequantize(q: torch.Tensor, scale: torch.Tensor, group_size: int = 128
     """fp32 values of group-quantized data: q (..., K) times the logical scale (..., K/group_size)."""
     fmt = fp8_format(q.dtype)
     k = q.shape[-1]
+    if group_size <= 0 or k % group_size:
+        raise ValueError(f"data: K={k} ({describe(q)}) is not a multiple of group_size {group_size}")
     if scale.shape != (*q.shape[:-1], k // group_size):
-        raise ValueError(
-            f"scale: {describe(scale)} does not match data {describe(q)} with group_size {group_size}"
-        )
+        raise ValueError(f"scale: {describe(scale)} does not match data {describe(q)} with group_size {group_size}")
     values = fmt.decode(q).view(*q.shape[:-1], k // group_size, group_size)
     return (values * scale.unsqueeze(-1)).reshape(q.shape)
 
@@ -169,6 +178,8 @@ def group_dequantize(q: torch.Tensor, scale: torch.Tensor, group_size: int = 128
 def block_dequantize(q: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] = (128, 128)) -> torch.Tensor:
     """fp32 values of a block-quantized (N, K) weight; `weight_scale_inv` multiplies despite its name."""
     fmt = fp8_format(q.dtype)
+    if q.dim() != 2:
+        raise ValueError(f"weight: {describe(q)} must be 2-D (N, K) for block dequantization")
     n, k = q.shape
     bn, bk = block
     nb, kb = -(-n // bn), -(-k // bk)

@@ -95,8 +95,15 @@ def test_directory_layout_like_aiter(aiter_csv_dir, tmp_path):
 
 @pytest.mark.parametrize(
     "m,expected",
-    [(1, [1, 16]), (17, [17, 32]), (200, [200, 208, 256]), (300, [300, 320, 512]), (1025, [1025, 1088, 2048]),
-     (5000, [5000, 5120, 8192]), (4096, [4096])],
+    [
+        (1, [1, 16]),
+        (17, [17, 32]),
+        (200, [200, 208, 256]),
+        (300, [300, 320, 512]),
+        (1025, [1025, 1088, 2048]),
+        (5000, [5000, 5120, 8192]),
+        (4096, [4096]),
+    ],
 )
 def test_m_padding_order(m, expected):
     assert padded_m_candidates(m) == expected
