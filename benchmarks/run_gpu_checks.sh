@@ -18,5 +18,5 @@ PY
 python3 benchmarks/gpu_probe.py 2>&1 | tee "$out/gpu_probe.log"
 python3 -m pytest -q -m gpu tests/kernels -p no:cacheprovider 2>&1 | tee "$out/gpu_tests.log"
 status=${PIPESTATUS[0]}
-python3 benchmarks/gpu_gemm_bench.py --out "$out/gpu_gemm_bench.md" 2>&1 | tee "$out/gpu_gemm_bench.log"
+python3 benchmarks/gpu_gemm_bench.py ${BENCH_ARGS:-} --out "$out/gpu_gemm_bench.md" 2>&1 | tee "$out/gpu_gemm_bench.log"
 exit "$status"
