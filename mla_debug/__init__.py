@@ -43,6 +43,8 @@ from .layouts import (
     shuffle_weight,
     unshuffle_weight,
 )
+from .model import Checkpoint, MLAConfig  # noqa: E402
+from .normquant import fused_qk_rmsnorm_group_quant
 from .numerics import (
     E4M3FN,
     E4M3FNUZ,
@@ -54,6 +56,8 @@ from .numerics import (
     fp8_ulp_distance,
     quant_flavor,
 )
+from .parallel import LayerRun, MLALayer, run_layer  # noqa: E402
+from .scenarios import SCENARIOS, Scenario, scenario  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -61,6 +65,7 @@ __all__ = [
     "E4M3FN",
     "E4M3FNUZ",
     "BlockScaledLinear",
+    "Checkpoint",
     "ContractViolation",
     "Fp8Format",
     "Fp8OverflowWarning",
@@ -68,10 +73,15 @@ __all__ = [
     "GemmProblem",
     "Kernel",
     "KernelPolicy",
+    "LayerRun",
+    "MLAConfig",
+    "MLALayer",
     "Platform",
     "QuantFlavor",
     "QuantizedActivation",
     "QuantizedWeight",
+    "SCENARIOS",
+    "Scenario",
     "ScaleLayout",
     "TunedTable",
     "ViolationKind",
@@ -84,6 +94,7 @@ __all__ = [
     "error_metrics",
     "fp8_format",
     "fp8_ulp_distance",
+    "fused_qk_rmsnorm_group_quant",
     "get_kernel",
     "identify_scale_layout",
     "identify_weight_layout",
@@ -95,7 +106,9 @@ __all__ = [
     "quantize_blocks",
     "quantize_groups",
     "read_scale",
+    "run_layer",
     "scale_as_read",
+    "scenario",
     "shuffle_period",
     "shuffle_weight",
     "unshuffle_weight",

@@ -4,6 +4,7 @@ Subcommands:
   demo      the silent layout bugs of aiter's preshuffled GEMM, reproduced on the CPU
   kernels   the registered kernels, their capability flags and whether they run here
   select    which kernel a serving engine picks for a layer shape on a platform, and why
+  checkpoint  `checkpoint make`: write a seeded synthetic one-layer checkpoint (Hugging Face folder)
 """
 
 from __future__ import annotations
@@ -76,6 +77,20 @@ def _parse_shape(text: str) -> tuple[int, int]:
     return n, k
 
 
+def _cmd_checkpoint(args: argparse.Namespace) -> int:
+    from .model import Checkpoint
+
+    ckpt = Checkpoint.synthetic(args.preset, seed=args.seed, quantize=not args.no_quantize, layer=args.layer)
+    path = ckpt.save(args.out)
+    files = sorted(p for p in path.iterdir() if p.is_file())
+    kind = f"fp8 {ckpt.fmt.name}, 128x128 block scales" if ckpt.fmt else "bf16"
+    print(f"wrote {path}: {ckpt.cfg.name} layer {ckpt.layer}, seed {args.seed}, {kind}")
+    print(f"  {len(ckpt.tensors)} tensors, {ckpt.num_params:,} parameters, {ckpt.nbytes:,} bytes of tensors")
+    for file in files:
+        print(f"  {file.name}  {file.stat().st_size:,} bytes")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mla-debug", description="Debug FP8 block-scaled MLA layers across TP sizes.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,6 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("--disable", nargs="*", help="kernel names or vLLM class names to disable")
     select.add_argument("--emulated", action="store_true", help="never use the real aiter even when importable")
     select.set_defaults(func=_cmd_select)
+
+    checkpoint = sub.add_parser("checkpoint", help="make synthetic one-layer checkpoints")
+    checkpoint_sub = checkpoint.add_subparsers(dest="action", required=True)
+    make = checkpoint_sub.add_parser("make", help="write a seeded synthetic layer as a Hugging Face folder")
+    make.add_argument("--preset", required=True, help="MLAConfig preset, e.g. tiny, deepseek-v3, tiny-v4")
+    make.add_argument("--out", required=True, help="new (or empty) folder to write; never overwritten")
+    make.add_argument("--seed", type=int, default=0)
+    make.add_argument("--layer", type=int, default=0, help="layer index used in the tensor names")
+    make.add_argument("--no-quantize", action="store_true", help="keep bf16 weights (no fp8, no scales)")
+    make.set_defaults(func=_cmd_checkpoint)
     return parser
 
 
@@ -104,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, LookupError, FileNotFoundError) as err:
+    except (ValueError, TypeError, LookupError, FileNotFoundError, FileExistsError) as err:
         print(f"mla-debug {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -1,7 +1,7 @@
 """FP8 formats, quantization flavors, group/block quantization math and error metrics."""
 
 from .flavors import AITER, DEEPSEEK, FLAVORS, VLLM, QuantFlavor, quant_flavor
-from .formats import E4M3FN, E4M3FNUZ, FORMATS, Fp8Format, format_of, fp8_format
+from .formats import E4M3FN, E4M3FNUZ, FORMATS, Fp8Format, e4m3fn_to_e4m3fnuz, format_of, fp8_format
 from .metrics import (
     cosine,
     deepgemm_diff,
@@ -38,6 +38,7 @@ __all__ = [
     "ceil_pow2",
     "cosine",
     "deepgemm_diff",
+    "e4m3fn_to_e4m3fnuz",
     "error_metrics",
     "format_of",
     "fp8_format",

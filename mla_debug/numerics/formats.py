@@ -126,3 +126,17 @@ def format_of(t: torch.Tensor, name: str) -> Fp8Format:
         f"{name}: shape {tuple(t.shape)}, dtype {t.dtype} is not an fp8 tensor "
         f"(expected torch.float8_e4m3fn or torch.float8_e4m3fnuz)"
     )
+
+
+def e4m3fn_to_e4m3fnuz(data: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reinterpret e4m3fn checkpoint bytes as e4m3fnuz, as vLLM does when loading on gfx942.
+
+    The same bits mean half the value under fnuz's exponent bias 8, so the block scale doubles; 0x80
+    (-0 in fn, NaN in fnuz) becomes +0. Exact for every finite value; fn's NaN bytes (0x7F, 0xFF) turn
+    into +-240 (x2 = 480), as in vLLM - checkpoints hold no NaN weights.
+    """
+    if data.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"e4m3fn_to_e4m3fnuz: data has dtype {data.dtype}, expected torch.float8_e4m3fn")
+    bits = data.view(torch.uint8).clone()
+    bits[bits == 0x80] = 0
+    return bits.view(torch.float8_e4m3fnuz), scale * 2.0

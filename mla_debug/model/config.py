@@ -1,0 +1,240 @@
+"""MLA layer configurations: presets for the models we debug, and Hugging Face config.json import.
+
+Two attention families share one dataclass:
+- ``arch="v3"`` - DeepSeek-V3/R1 and Kimi-K2 MLA (SEMANTICS 7): q/kv LoRA, nope + rope heads, kv_b_proj.
+- ``arch="v4"`` - DeepSeek-V4 attention (SEMANTICS 8): one shared KV head of ``head_dim``, grouped output
+  projection (wo_a as a BMM over ``o_groups``, then wo_b) and an indexer query projection.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """deepseek-yarn RoPE scaling (``rope_scaling`` / ``rope_parameters`` in config.json)."""
+
+    factor: float = 1.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 0.0
+    original_max_position_embeddings: int = 4096
+
+    @staticmethod
+    def yarn_mscale(factor: float, mscale: float) -> float:
+        """0.1 * mscale * ln(factor) + 1 for factor > 1, else 1."""
+        return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+    @property
+    def attention_factor(self) -> float:
+        """Multiplier applied to cos/sin: mscale(factor, mscale) / mscale(factor, mscale_all_dim)."""
+        return self.yarn_mscale(self.factor, self.mscale) / self.yarn_mscale(self.factor, self.mscale_all_dim)
+
+    @property
+    def softmax_mscale(self) -> float:
+        """The mscale whose square multiplies the softmax scale (1 when mscale_all_dim is 0)."""
+        return self.yarn_mscale(self.factor, self.mscale_all_dim) if self.mscale_all_dim else 1.0
+
+
+@dataclass(frozen=True)
+class MLAConfig:
+    """Dimensions of one attention layer (names as in SEMANTICS: H, Nh, Lq, Lkv, P, R, V)."""
+
+    name: str
+    arch: str
+    hidden_size: int
+    num_heads: int
+    q_lora_rank: int
+    qk_rope_head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
+    max_position_embeddings: int = 163840
+    # DeepSeek-V3 family
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    # DeepSeek-V4 family
+    head_dim: int = 0
+    o_groups: int = 0
+    o_lora_rank: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    sliding_window: int = 0
+    # Checkpoint quantization
+    weight_block: tuple[int, int] = (128, 128)
+    quantized: bool = True
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"MLAConfig {self.name!r}: " + "; ".join(problems))
+
+    # -- derived sizes ----------------------------------------------------------------------------
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head query/key width: P + R (v3) or head_dim (v4)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.arch == "v3" else self.head_dim
+
+    @property
+    def softmax_scale(self) -> float:
+        """qk_head_dim^-0.5, times mscale^2 under deepseek-yarn."""
+        scale = self.qk_head_dim**-0.5
+        if self.rope_scaling is not None:
+            scale *= self.rope_scaling.softmax_mscale**2
+        return scale
+
+    def problems(self) -> list[str]:
+        """Every inconsistency, in words (empty when the config is valid)."""
+        out = []
+        if self.arch not in ("v3", "v4"):
+            out.append(f"arch {self.arch!r} is not 'v3' or 'v4'")
+        for name in ("hidden_size", "num_heads", "q_lora_rank", "qk_rope_head_dim"):
+            if getattr(self, name) <= 0:
+                out.append(f"{name}={getattr(self, name)} must be positive")
+        if self.qk_rope_head_dim % 2:
+            out.append(f"qk_rope_head_dim={self.qk_rope_head_dim} must be even (RoPE rotates pairs)")
+        if self.arch == "v3":
+            for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
+                if getattr(self, name) <= 0:
+                    out.append(f"{name}={getattr(self, name)} must be positive for a v3 (MLA) config")
+        if self.arch == "v4":
+            for name in ("head_dim", "o_groups", "o_lora_rank", "index_n_heads", "index_head_dim"):
+                if getattr(self, name) <= 0:
+                    out.append(f"{name}={getattr(self, name)} must be positive for a v4 config")
+            if self.head_dim and self.qk_rope_head_dim > self.head_dim:
+                out.append(f"qk_rope_head_dim={self.qk_rope_head_dim} exceeds head_dim={self.head_dim}")
+            if self.o_groups and self.num_heads % self.o_groups:
+                out.append(f"num_heads={self.num_heads} is not a multiple of o_groups={self.o_groups}")
+        if self.rms_norm_eps <= 0:
+            out.append(f"rms_norm_eps={self.rms_norm_eps} must be positive")
+        return out
+
+    def check_tp(self, tp_size: int) -> None:
+        """Raise when `tp_size` cannot shard this layer (heads, and output groups for v4)."""
+        if tp_size < 1:
+            raise ValueError(f"{self.name}: tp_size={tp_size} must be >= 1")
+        if self.num_heads % tp_size:
+            raise ValueError(f"{self.name}: tp_size={tp_size} does not divide num_heads={self.num_heads}")
+        if self.arch == "v4" and self.o_groups % tp_size:
+            raise ValueError(f"{self.name}: tp_size={tp_size} does not divide o_groups={self.o_groups}")
+
+    def with_(self, **changes: Any) -> MLAConfig:
+        return replace(self, **changes)
+
+    # -- constructors -----------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str) -> MLAConfig:
+        """A named configuration: deepseek-v3, deepseek-r1, kimi-k2, deepseek-v4-flash, deepseek-v4-pro,
+        tiny, tiny-v4."""
+        key = name.strip().lower()
+        if key not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+        return PRESETS[key]
+
+    @classmethod
+    def from_hf(cls, source: str | Path | dict, name: str | None = None) -> MLAConfig:
+        """Read a Hugging Face config.json (a path to the file or its folder, or the parsed dict)."""
+        from .hf_config import config_from_hf
+
+        if isinstance(source, dict):
+            return config_from_hf(source, name or str(source.get("model_type", "hf")))
+        path = Path(source)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"MLAConfig.from_hf: {path} does not exist")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"MLAConfig.from_hf: {path} is not valid JSON ({err})") from None
+        return config_from_hf(data, name or path.parent.name)
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out["rope_scaling"] = None if self.rope_scaling is None else vars(self.rope_scaling).copy()
+        out["weight_block"] = list(self.weight_block)
+        return out
+
+
+_DEEPSEEK_YARN = RopeScaling(
+    factor=40.0, beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, original_max_position_embeddings=4096
+)
+# Kimi-K2 (unverified: yarn factor 32 for the Instruct release, rms_norm_eps 1e-5).
+_KIMI_YARN = RopeScaling(
+    factor=32.0, beta_fast=1.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, original_max_position_embeddings=4096
+)
+
+_V3 = dict(
+    arch="v3",
+    hidden_size=7168,
+    num_heads=128,
+    q_lora_rank=1536,
+    kv_lora_rank=512,
+    qk_nope_head_dim=128,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    rope_scaling=_DEEPSEEK_YARN,
+)
+_V4_FLASH = dict(
+    arch="v4",
+    hidden_size=4096,
+    num_heads=64,
+    head_dim=512,
+    qk_rope_head_dim=64,
+    q_lora_rank=1024,
+    o_groups=8,
+    o_lora_rank=1024,
+    index_n_heads=64,
+    index_head_dim=128,
+    index_topk=512,
+    sliding_window=128,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+)
+
+PRESETS: dict[str, MLAConfig] = {
+    "deepseek-v3": MLAConfig(name="deepseek-v3", **_V3),
+    "deepseek-r1": MLAConfig(name="deepseek-r1", **_V3),
+    "kimi-k2": MLAConfig(
+        name="kimi-k2",
+        **{**_V3, "num_heads": 64, "rope_theta": 50000.0, "rms_norm_eps": 1e-5, "rope_scaling": _KIMI_YARN},
+    ),
+    "deepseek-v4-flash": MLAConfig(name="deepseek-v4-flash", **_V4_FLASH),
+    # Pro dimensions are unverified (SEMANTICS 8): H 7168, 128 heads, Lq 1536, 16 output groups.
+    "deepseek-v4-pro": MLAConfig(
+        name="deepseek-v4-pro",
+        **{**_V4_FLASH, "hidden_size": 7168, "num_heads": 128, "q_lora_rank": 1536, "o_groups": 16},
+    ),
+    # Small enough for CI and notebooks; head widths as in DeepSeek so that every TP-8 shard that FP8
+    # blocks cut is still a multiple of 128 (q_b 2x192=384, kv_b 2x256=512, o_proj K 2x128=256).
+    "tiny": MLAConfig(
+        name="tiny", **{**_V3, "hidden_size": 512, "num_heads": 16, "q_lora_rank": 256, "kv_lora_rank": 128}
+    ),
+    "tiny-v4": MLAConfig(
+        name="tiny-v4",
+        **{
+            **_V4_FLASH,
+            "hidden_size": 512,
+            "num_heads": 16,
+            "head_dim": 128,
+            "q_lora_rank": 256,
+            "o_groups": 8,
+            "o_lora_rank": 128,
+            "index_n_heads": 4,
+            "index_head_dim": 128,
+            "index_topk": 16,
+            "sliding_window": 8,
+        },
+    ),
+}

@@ -1,0 +1,123 @@
+"""The linear layers of a model layer: quantized (a kernel's BlockScaledLinear) or dense (unquantized).
+
+Both answer `run(x) -> LinearCall` and `read_direct(reader)`: the latter is how MLA's absorbed decode
+(W_UK / W_UV from kv_b_proj) and DeepSeek-V4's grouped wo_a BMM read a weight outside any kernel - as
+a plain (N, K) matrix of whatever bytes are there, recording a violation when they were re-laid out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..kernels import BlockScaledLinear, KernelPolicy, Platform, platform
+from ..layouts import ContractViolation, QuantizedWeight, weight_read_violation
+from ..numerics import E4M3FN, E4M3FNUZ, e4m3fn_to_e4m3fnuz
+from ..numerics.quantize import block_dequantize
+
+
+@dataclass
+class LinearCall:
+    output: torch.Tensor
+    kernel: str
+    scale_layout: str | None = None
+    weight_layout: str | None = None
+    violations: list[ContractViolation] = field(default_factory=list)
+
+
+class DenseLinear:
+    """An unquantized weight (N, K): y = x @ W^T in fp32, returned in the input's dtype."""
+
+    kernel_name = "dense"
+
+    def __init__(self, name: str, weight: torch.Tensor, **flags: bool) -> None:
+        self.name = name
+        self.weight = weight
+        self.flags = flags
+        self.events: list[str] = []
+
+    @property
+    def n(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.weight.shape[1]
+
+    def load(self, policy: KernelPolicy, plat: Platform | str) -> DenseLinear:
+        return self
+
+    def run(self, x: torch.Tensor) -> LinearCall:
+        out = (x.to(torch.float32) @ self.weight.to(torch.float32).t()).to(x.dtype)
+        return LinearCall(out, self.kernel_name, weight_layout="plain")
+
+    def read_direct(self, reader: str) -> tuple[torch.Tensor, ContractViolation | None]:
+        return self.weight.to(torch.float32), None
+
+    def weight_layout_text(self) -> str:
+        return "plain (dense)"
+
+
+class QuantizedLinear:
+    """A block-quantized weight served through the kernel the policy picks at load."""
+
+    def __init__(self, name: str, weight: QuantizedWeight, **flags: bool) -> None:
+        self.name = name
+        self.block = BlockScaledLinear(name, weight, **flags)
+
+    @property
+    def n(self) -> int:
+        return self.block.n
+
+    @property
+    def k(self) -> int:
+        return self.block.k
+
+    @property
+    def events(self) -> list[str]:
+        return self.block.events
+
+    @property
+    def kernel_name(self) -> str:
+        return self.block.kernel.name if self.block.kernel else "unloaded"
+
+    def load(self, policy: KernelPolicy, plat: Platform | str) -> QuantizedLinear:
+        """Convert the checkpoint's fp8 format to the platform's (vLLM on gfx942), then pick the kernel."""
+        plat = platform(plat)
+        weight = self.block.weight
+        if weight.fmt != plat.fp8:
+            if weight.fmt is E4M3FN and plat.fp8 is E4M3FNUZ:
+                data, scale = e4m3fn_to_e4m3fnuz(weight.data, weight.scale)
+                self.block.weight = QuantizedWeight(
+                    data, scale, E4M3FNUZ, weight.layout, weight.block, weight.logical_k
+                )
+                self.block.events.append("converted e4m3fn -> e4m3fnuz at load (same bits, block scale x2)")
+            else:
+                raise ValueError(f"{self.name}: a {weight.fmt.name} weight cannot run on {plat.name} ({plat.fp8.name})")
+        self.block.load(policy, plat)
+        return self
+
+    def run(self, x, kernel=None) -> LinearCall:
+        """Through the loaded kernel, or through `kernel` when the model calls one directly."""
+        call = kernel.run(self.block, x) if kernel is not None else self.block.run(x)
+        return LinearCall(
+            call.output,
+            call.kernel,
+            scale_layout=f"{call.input.scale_layout.name} written, read as {call.scale_read_as.name}",
+            weight_layout=self.weight_layout_text(),
+            violations=list(call.violations),
+        )
+
+    def weight_layout_text(self) -> str:
+        return str(self.block.weight.layout)
+
+    def read_direct(self, reader: str) -> tuple[torch.Tensor, ContractViolation | None]:
+        """fp32 (N, K) from the bytes as a plain matrix times the block scale, like
+        vLLM's get_and_maybe_dequant_weights; a violation when those bytes were re-laid out."""
+        weight = self.block.weight
+        violation = weight_read_violation(
+            reader, f"{self.name}.weight", weight.layout, None, weight.k, weight.data.element_size(), direct_reader=True
+        )
+        data = weight.data[:, : weight.k] if weight.data.shape[1] != weight.k else weight.data
+        return block_dequantize(data, weight.scale, weight.block), violation

@@ -1,0 +1,80 @@
+"""A layer forward as a list of named steps, so executors can run ranks in lock step (in-process) or
+one rank per process (torch.distributed), and notebooks can stop after any step.
+
+Each rank keeps a `state` dict; a local step reads and writes it and returns the rank's StepRecord.
+The one collective, the all-reduce after the row-parallel output projection, is run by the executor:
+it sums every rank's ``state["partial"]`` in rank order (fp32) and hands the result back.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .records import PARTIAL, REPLICATED, StepRecord, StepStats
+
+
+@dataclass
+class Step:
+    name: str
+    run: Callable[[dict], StepRecord] | None
+    collective: bool = False
+
+
+class RankLayer(ABC):
+    """Base of the per-rank layers: shared helpers for records and the all-reduce."""
+
+    def __init__(self, cfg, linears: dict, norms: dict, rank: int, tp_size: int, dtype: torch.dtype, behaviour) -> None:
+        self.cfg = cfg
+        self.linears = linears
+        self.norms = norms
+        self.rank = rank
+        self.tp_size = tp_size
+        self.dtype = dtype
+        self.behaviour = behaviour
+        # False skips per-step statistics (a plain forward, for timing against a recorded one).
+        self.keep_stats = True
+
+    @abstractmethod
+    def steps(self, mode: str) -> list[Step]:
+        """The ordered program of one forward in `mode` ("prefill" or "decode")."""
+
+    def begin(self, hidden: torch.Tensor, positions: torch.Tensor) -> dict:
+        return {"hidden": hidden.to(self.dtype), "positions": positions}
+
+    def record(
+        self, name: str, output: torch.Tensor, gather: str = REPLICATED, gather_dim: int = -1, **fields
+    ) -> StepRecord:
+        return StepRecord(
+            name=name,
+            output=output,
+            rank=self.rank,
+            gather=gather,
+            gather_dim=gather_dim,
+            stats=StepStats.of(output) if self.keep_stats else None,
+            **fields,
+        )
+
+    def linear_record(self, name: str, call, gather: str, gather_dim: int = -1, **fields) -> StepRecord:
+        return self.record(
+            name,
+            call.output,
+            gather,
+            gather_dim,
+            kernel=call.kernel,
+            scale_layout=call.scale_layout,
+            weight_layout=call.weight_layout,
+            violations=list(call.violations),
+            **fields,
+        )
+
+    def finish_all_reduce(self, state: dict, reduced: torch.Tensor) -> StepRecord:
+        state["output"] = reduced.to(self.dtype)
+        return self.record("all_reduce", state["output"], REPLICATED, kernel="all-reduce (sum in rank order)")
+
+    def partial_record(self, name: str, call, state: dict) -> StepRecord:
+        state["partial"] = call.output
+        return self.linear_record(name, call, PARTIAL)

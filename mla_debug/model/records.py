@@ -1,0 +1,72 @@
+"""What one op of a layer run leaves behind: output, kernel, layouts consumed, broken contracts, stats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..layouts import ContractViolation
+
+# How a step's per-rank outputs combine into one TP-independent tensor.
+REPLICATED = "replicated"  # every rank holds the same tensor; rank 0's is kept
+PARTIAL = "partial"  # each rank holds a partial sum; summed in rank order (what the all-reduce gives)
+CONCAT = "concat"  # column-parallel shards; concatenated in rank order along `gather_dim`
+
+
+@dataclass
+class StepStats:
+    amax: float
+    nan: int
+    inf: int
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> StepStats:
+        t = t.detach()
+        if not t.is_floating_point():
+            return cls(0.0, 0, 0)
+        tf = t.to(torch.float32)
+        finite = torch.isfinite(tf)
+        amax = tf[finite].abs().max().item() if finite.any() else float("nan")
+        return cls(amax=amax, nan=int(torch.isnan(tf).sum()), inf=int(torch.isinf(tf).sum()))
+
+
+@dataclass
+class StepRecord:
+    """One op of one layer forward.
+
+    ``rank`` is the rank for a per-rank record and None for the gathered (TP-independent) record.
+    ``kernel`` names the GEMM kernel (or the producer/reader) that ran; ``input_layout``, ``scale_layout``
+    and ``weight_layout`` say in words which layouts it consumed.
+    """
+
+    name: str
+    output: torch.Tensor | None
+    rank: int | None = None
+    kernel: str | None = None
+    gather: str = REPLICATED
+    gather_dim: int = -1
+    input_layout: str | None = None
+    scale_layout: str | None = None
+    weight_layout: str | None = None
+    violations: list[ContractViolation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    stats: StepStats | None = None
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def effective_violations(self) -> list[ContractViolation]:
+        return [v for v in self.violations if v.effective]
+
+    def summary(self) -> str:
+        shape = tuple(self.output.shape) if self.output is not None else "-"
+        parts = [f"{self.name}: {shape}", f"kernel {self.kernel or '-'}"]
+        if self.scale_layout:
+            parts.append(f"scale {self.scale_layout}")
+        if self.weight_layout:
+            parts.append(f"weight {self.weight_layout}")
+        if self.stats:
+            parts.append(f"amax {self.stats.amax:.3g}, nan {self.stats.nan}, inf {self.stats.inf}")
+        if self.violations:
+            parts.append(f"{len(self.violations)} violation(s)")
+        return "; ".join(parts)

@@ -1,0 +1,39 @@
+"""RMSNorm + FP8 group quant: the fused op (aiter ``fused_qk_rmsnorm_group_quant``) and its unfused baselines.
+
+`fused_qk_rmsnorm_group_quant` quantizes q from the fp32 normalized values (one rounding);
+`norm_then_quant` / `aiter_test_reference` round to bf16 first (two roundings);
+`norm_then_quant_for_v4` is DeepSeek-V4's pre-fusion path, which quantizes the bf16 qr twice.
+"""
+
+from __future__ import annotations
+
+from ._inputs import MAX_WIDTH, NormQuantArgs, validate_inputs
+from .reference import (
+    AUTO_ORDER,
+    NormQuantResult,
+    available_backends,
+    fused_qk_rmsnorm_group_quant,
+    register_backend,
+    resolve_backend,
+    unregister_backend,
+)
+from .rmsnorm import rmsnorm_fp32
+from .unfused import V4UnfusedResult, aiter_test_reference, norm_then_quant, norm_then_quant_for_v4
+
+__all__ = [
+    "AUTO_ORDER",
+    "MAX_WIDTH",
+    "NormQuantArgs",
+    "NormQuantResult",
+    "V4UnfusedResult",
+    "aiter_test_reference",
+    "available_backends",
+    "fused_qk_rmsnorm_group_quant",
+    "norm_then_quant",
+    "norm_then_quant_for_v4",
+    "register_backend",
+    "resolve_backend",
+    "rmsnorm_fp32",
+    "unregister_backend",
+    "validate_inputs",
+]

@@ -1,0 +1,18 @@
+"""TP sharding rules and executors (in-process lock step, torch.distributed), and the run entry points."""
+
+from .layer_run import LayerRun
+from .run import EXECUTORS, MODES, MLALayer, run_layer
+from .sharding import COLUMN, REPLICATED, ROW, LinearSpec, linear_specs
+
+__all__ = [
+    "COLUMN",
+    "EXECUTORS",
+    "MODES",
+    "REPLICATED",
+    "ROW",
+    "LayerRun",
+    "LinearSpec",
+    "MLALayer",
+    "linear_specs",
+    "run_layer",
+]

@@ -1,0 +1,26 @@
+"""In-process executor: every rank of one TP group runs in this process, in lock step, op by op."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from ..model.program import RankLayer
+from ..model.records import StepRecord
+from .gather import sum_in_rank_order
+
+
+def run_lockstep(
+    layers: list[RankLayer], hidden: torch.Tensor, positions: torch.Tensor, mode: str
+) -> Iterator[tuple[str, list[StepRecord]]]:
+    """Yield (step name, per-rank records) for each step; the all-reduce sums partials in rank order."""
+    states = [layer.begin(hidden, positions) for layer in layers]
+    programs = [layer.steps(mode) for layer in layers]
+    for index, step in enumerate(programs[0]):
+        if step.collective:
+            reduced = sum_in_rank_order([state["partial"] for state in states])
+            records = [layer.finish_all_reduce(state, reduced) for layer, state in zip(layers, states)]
+        else:
+            records = [program[index].run(state) for program, state in zip(programs, states)]
+        yield step.name, records
