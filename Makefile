@@ -16,7 +16,7 @@ demo: $(VENV)/.deps-base
 	$(PY) -m mla_debug.demo
 
 test: $(VENV)/.deps-dev
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests notebooks --nbmake
 
 lab: $(VENV)/.deps-notebooks
 	$(BIN)/jupyter lab notebooks/

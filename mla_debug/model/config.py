@@ -199,6 +199,7 @@ _V4_FLASH = dict(
     index_head_dim=128,
     index_topk=512,
     sliding_window=128,
+    max_position_embeddings=1048576,
     rms_norm_eps=1e-6,
     rope_theta=10000.0,
 )

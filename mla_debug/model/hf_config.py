@@ -49,6 +49,10 @@ def _float(data: dict, key: str, default: float) -> float:
 def _rope(data: dict) -> tuple[float, RopeScaling | None]:
     scaling = data.get("rope_scaling")
     params = data.get("rope_parameters")
+    if isinstance(params, dict) and "main" in params:
+        # DeepSeek-V4 (transformers): RoPE of the main (sliding-window) attention; the compressor's
+        # branch ("compress") is out of scope.
+        params = params["main"]
     if scaling is not None and params is not None:
         both = set(scaling) & set(params)
         clashes = [k for k in sorted(both) if scaling[k] != params[k] and k not in ("type", "rope_type")]

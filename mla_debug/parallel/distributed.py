@@ -61,15 +61,26 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(records, gathered, dst=0)
         if rank == 0:
+            report = {
+                "records": gathered,
+                "kernels": {name: describe_kernel(linear) for name, linear in layer.linears.items()},
+                "events": {name: list(linear.events) for name, linear in layer.linears.items()},
+            }
             # Plain pickle bytes, not torch's shared-memory tensor handles: those die with this process.
-            results.put(("ok", rank, pickle.dumps(gathered)))
+            results.put(("ok", rank, pickle.dumps(report)))
         dist.destroy_process_group()
     except BaseException:  # report every failure, including KeyboardInterrupt in a child
         results.put(("error", rank, traceback.format_exc()))
 
 
-def run_ranks_distributed(payload: dict, world: int, timeout: float = 300.0, threads: int | None = 1):
-    """Run `world` rank processes; returns the list (per rank) of per-step record lists."""
+def describe_kernel(linear) -> str:
+    """'kernel: reason' of a quantized linear (its selection reason starts with the kernel name)."""
+    block = getattr(linear, "block", None)
+    return block.kernel_reason if block is not None else "dense (unquantized)"
+
+
+def run_ranks_distributed(payload: dict, world: int, timeout: float = 300.0, threads: int | None = 1) -> dict:
+    """Run `world` rank processes; returns rank 0's report: per-rank record lists, kernels, events."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()

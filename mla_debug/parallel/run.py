@@ -7,11 +7,13 @@ from collections.abc import Iterator
 import torch
 
 from .._checks import describe, require_tensor
-from ..kernels import Platform, platform
+from ..kernels import Platform
+from ..kernels import platform as platform_of
 from ..model.records import StepRecord
-from ..scenarios import Scenario, scenario
+from ..scenarios import Scenario
+from ..scenarios import scenario as scenario_of
 from .build import LayerBuilder
-from .distributed import run_ranks_distributed
+from .distributed import describe_kernel, run_ranks_distributed
 from .gather import gather_step
 from .layer_run import LayerRun
 from .simulated import run_lockstep
@@ -70,8 +72,8 @@ class MLALayer:
         policy=None,
     ) -> None:
         self.cfg, self.ckpt, self.tp_size, self.dtype = cfg, ckpt, tp_size, dtype
-        self.platform = _platform(platform)
-        self.scenario = _scenario(scenario)
+        self.platform = platform_of(platform)
+        self.scenario = scenario_of(scenario)
         self.builder = LayerBuilder(cfg, ckpt, tp_size, self.platform, self.scenario, dtype, policy)
         self.ranks = self.builder.rank_layers()
         self.last_per_rank: dict[str, list[StepRecord]] = {}
@@ -79,11 +81,7 @@ class MLALayer:
     @property
     def kernels(self) -> dict[str, str]:
         """Linear name -> 'kernel: reason' on rank 0."""
-        out = {}
-        for name, linear in self.ranks[0].linears.items():
-            block = getattr(linear, "block", None)
-            out[name] = f"{block.kernel.name}: {block.kernel_reason}" if block is not None else "dense (unquantized)"
-        return out
+        return {name: describe_kernel(linear) for name, linear in self.ranks[0].linears.items()}
 
     @property
     def events(self) -> dict[str, list[str]]:
@@ -132,14 +130,6 @@ class MLALayer:
         )
 
 
-def _platform(spec) -> Platform:
-    return platform(spec)
-
-
-def _scenario(spec) -> Scenario:
-    return scenario(spec)
-
-
 def run_layer(
     cfg,
     ckpt,
@@ -164,7 +154,7 @@ def run_layer(
         return MLALayer(cfg, ckpt, tp_size, platform, scenario, dtype).run(hidden, positions, mode)
     cfg.check_tp(tp_size)
     positions = check_inputs(cfg, ckpt, hidden, positions, mode)
-    plat, scen = _platform(platform), _scenario(scenario)
+    plat, scen = platform_of(platform), scenario_of(scenario)
     payload = dict(
         cfg=cfg,
         ckpt=ckpt,
@@ -176,18 +166,11 @@ def run_layer(
         dtype=dtype,
         device="cpu",
     )
-    per_rank_lists = run_ranks_distributed(payload, tp_size, timeout=timeout)
+    report = run_ranks_distributed(payload, tp_size, timeout=timeout)
+    per_rank_lists = report["records"]
     names = [record.name for record in per_rank_lists[0]]
     per_rank = {name: [ranks[i] for ranks in per_rank_lists] for i, name in enumerate(names)}
     records = {name: gather_step(per_rank[name]) for name in names}
-    builder = LayerBuilder(cfg, ckpt, tp_size, plat, scen, dtype)
-    rank0 = builder.rank_layer(0)
-    kernels = {
-        name: f"{linear.block.kernel.name}: {linear.block.kernel_reason}"
-        if hasattr(linear, "block")
-        else "dense (unquantized)"
-        for name, linear in rank0.linears.items()
-    }
     return LayerRun(
         model=cfg.name,
         tp_size=tp_size,
@@ -197,6 +180,6 @@ def run_layer(
         executor="distributed",
         records=records,
         per_rank=per_rank,
-        kernels=kernels,
-        events={name: list(linear.events) for name, linear in rank0.linears.items()},
+        kernels=report["kernels"],
+        events=report["events"],
     )

@@ -15,6 +15,8 @@ def run_lockstep(
     layers: list[RankLayer], hidden: torch.Tensor, positions: torch.Tensor, mode: str
 ) -> Iterator[tuple[str, list[StepRecord]]]:
     """Yield (step name, per-rank records) for each step; the all-reduce sums partials in rank order."""
+    # One converted copy for all ranks: replicated linears then see the same input tensor and compute once.
+    hidden = hidden.to(layers[0].dtype)
     states = [layer.begin(hidden, positions) for layer in layers]
     programs = [layer.steps(mode) for layer in layers]
     for index, step in enumerate(programs[0]):

@@ -109,7 +109,7 @@ DEEPSEEK_V4_FLASH_JSON = {
     "sliding_window": 128,
     "rms_norm_eps": 1e-06,
     "rope_theta": 10000.0,
-    "max_position_embeddings": 163840,
+    "max_position_embeddings": 1048576,
     "quantization_config": {
         "quant_method": "fp8",
         "fmt": "e4m3",
@@ -403,3 +403,10 @@ def test_from_hf_file_errors(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="is not valid JSON"):
         MLAConfig.from_hf(tmp_path)
+
+
+def test_transformers_deepseek_v4_config_parses_to_the_flash_preset():
+    """transformers splits V4's rope_parameters into main/compress; the main attention uses "main"."""
+    transformers = pytest.importorskip("transformers")
+    cfg = MLAConfig.from_hf(transformers.DeepseekV4Config().to_dict(), name="deepseek-v4-flash")
+    assert cfg.with_(quantized=True) == MLAConfig.preset("deepseek-v4-flash")

@@ -101,6 +101,24 @@ def norm_rows(
 # --- fp8 rounding ----------------------------------------------------------------------------------
 
 
+def fp8_quantum(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Spacing of the fp8 grid in the binade of |v| (2^(E-3) for 2^E <= |v| < 2^(E+1)); below the
+    smallest normal the fixed subnormal spacing. float64, finite |v| only."""
+    bias = _BIAS[dtype]
+    a = v.to(torch.float64).abs()
+    _, exp = torch.frexp(a)
+    subnormal = a < 2.0 ** (1 - bias)  # zero included: frexp(0) reports exponent 0, not -inf
+    e = torch.where(subnormal, torch.full_like(exp, 1 - bias), exp - 1)
+    return torch.pow(2.0, (e - 3).to(torch.float64))
+
+
+def fp8_from_ordinal(ordinal: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float64 value at a signed position of the fp8 number line (0 is zero, +-1 the smallest subnormals)."""
+    ordinal = ordinal.to(torch.int64)
+    byte = torch.where(ordinal >= 0, ordinal, 0x80 | -ordinal)
+    return fp8_value(byte, dtype)
+
+
 def fp8_bytes(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Round float64 values to fp8 bytes (uint8), nearest even; fn saturates, fnuz overflows to NaN.
 
@@ -112,11 +130,8 @@ def fp8_bytes(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     a = v.abs()
     finite = torch.isfinite(a)
     a_fin = torch.where(finite, a, torch.zeros_like(a))
-    # binade exponent E with 2^E <= a < 2^(E+1); below the smallest normal the quantum is fixed
-    _, exp = torch.frexp(a_fin)
-    subnormal = a_fin < 2.0 ** (1 - bias)  # zero included: frexp(0) reports exponent 0, not -inf
-    e = torch.where(subnormal, torch.full_like(exp, 1 - bias), exp - 1).to(torch.int64)
-    quantum = torch.pow(2.0, (e - 3).to(torch.float64))
+    quantum = fp8_quantum(a_fin, dtype)
+    e = torch.log2(quantum).to(torch.int64) + 3  # the binade exponent (exact: quantum is a power of 2)
     count = torch.round(a_fin / quantum).to(torch.int64)  # half to even; a/quantum is exact
     # count is in [8, 16] for normals (16 carries into the next binade) and [0, 8] below them
     magnitude_byte = count + 8 * torch.clamp(e + bias - 1, min=0)

@@ -16,6 +16,7 @@ from mla_debug.normquant import (
     norm_then_quant,
     norm_then_quant_for_v4,
 )
+from mla_debug.numerics import fp8_ulp_distance
 
 RECIPES = list(itertools.product(FLAVORS, (FN, FNUZ)))
 RECIPE_IDS = [f"{f}-{'fn' if d == FN else 'fnuz'}" for f, d in RECIPES]
@@ -83,6 +84,20 @@ def test_single_and_double_rounding_differ_only_near_fp8_midpoints(flavor, fmt, 
     fused = fused_qk_rmsnorm_group_quant(**case.kwargs()).q_quant
     unfused = norm_then_quant(**case.kwargs()).q_quant
     ref = fused_reference(case.q, case.q_weight, case.q_eps, 128, fmt, flavor, residual=case.residual)
-    count = single_vs_double_rounding(fused, unfused, ref, dtype)
+    count, outside = single_vs_double_rounding(fused, unfused, ref, dtype)
     # 32k elements: the double rounding must show somewhere, else this test checks nothing
     assert count > 0
+
+
+def test_fp16_subnormals_can_move_more_than_one_ulp():
+    # Row 0's first group has a small amax (0.0028), so its scale is tiny (6.3e-6); y = 1.8e-8 is below
+    # fp16's smallest subnormal and flushes to 0 on the unfused path, while the fused path keeps
+    # 1.8e-8 / 6.3e-6 = 0.0029 -> 2 fp8 subnormal steps. bf16 (fp32's exponent range) cannot do this.
+    case = make_case(m=6, n1=256, n2=None, dtype=torch.float16, seed=3, residual=True)
+    fused = fused_qk_rmsnorm_group_quant(**case.kwargs()).q_quant
+    unfused = norm_then_quant(**case.kwargs()).q_quant
+    ref = fused_reference(case.q, case.q_weight, case.q_eps, 128, FN, "aiter", residual=case.residual)
+    _, outside = single_vs_double_rounding(fused, unfused, ref, torch.float16)
+    distance = fp8_ulp_distance(fused.data, unfused.data)
+    assert distance[0, 72].item() == 2.0 and outside > 0
+    assert fused.data[0, 72].float().item() == 2.0**-8 and unfused.data[0, 72].float().item() == 0.0
