@@ -55,17 +55,15 @@ class CublasBlockwiseKernel(Kernel):
             raise ValueError(
                 f"{linear.name}: input on {qa.data.device} but the weight on {device}; move both to one CUDA device"
             )
-        data, scale = qa.data, qa.scale
-        padded = _padded_rows(qa)
-        if padded is not None:
-            data, scale = padded
+        data, scale = _padded_input(qa)
         try:
+            w_data, w_scale = _dense_weight(linear)
             out = scaled_mm(
                 data,
-                weight.data.t(),
+                w_data.t(),
                 scale,
                 ScalingType.BlockWise1x128,
-                weight.scale.t(),
+                w_scale.t(),
                 ScalingType.BlockWise128x128,
                 output_dtype=torch.bfloat16,
             )
@@ -78,20 +76,51 @@ class CublasBlockwiseKernel(Kernel):
             ) from err
 
 
-# cuBLAS (CUDA 13, H200; measured by benchmarks/gpu_probe.py) refuses BlockWise1x128 unless M % 4 == 0
-# (CUBLAS_STATUS_NOT_SUPPORTED for M = 1, 2, 3, 5, 7, 15, 17, ...).
+# cuBLAS (CUDA 13, H200; measured by benchmarks/gpu_probe.py and the GPU tests) refuses BlockWise1x128 unless
+# M % 4 == 0 (CUBLAS_STATUS_NOT_SUPPORTED for M = 1, 2, 3, 5, 7, 15, 17, ...) and wants the K-block
+# count of both scales padded to a multiple of 4 ("scale_b must have shape 4 x 12" for K = 256).
+# Zero data with unit scales adds nothing to the products, so padding is exact.
 ROW_MULTIPLE = 4
+K_BLOCK_MULTIPLE = 4
+BLOCK = 128
 
 
-def _padded_rows(qa: QuantizedActivation) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Zero rows appended up to a multiple of 4, with a correctly strided scale - only when the caller
-    honoured the stride contract; a wrongly strided scale goes to torch unchanged so it is rejected."""
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _padded_input(qa: QuantizedActivation) -> tuple[torch.Tensor, torch.Tensor]:
+    """The activation padded to M % 4 == 0 and K blocks % 4 == 0 with a correctly strided scale - only
+    when the caller honoured the stride contract; a wrongly strided scale goes to torch unchanged so it
+    is rejected loudly."""
     m, groups = qa.m, qa.groups
-    if m % ROW_MULTIPLE == 0 or tuple(qa.scale.stride()) != ScaleLayout.COL_MAJOR_STRIDED.strides(m, groups):
-        return None
-    rows = -(-m // ROW_MULTIPLE) * ROW_MULTIPLE
-    data = torch.zeros((rows, qa.k), dtype=torch.uint8, device=qa.data.device)
-    data[:m] = qa.data.view(torch.uint8)
-    logical = torch.ones((rows, groups), dtype=torch.float32, device=qa.scale.device)
-    logical[:m] = read_scale(qa.scale, ScaleLayout.COL_MAJOR_STRIDED)
+    rows, blocks = _round_up(m, ROW_MULTIPLE), _round_up(groups, K_BLOCK_MULTIPLE)
+    honoured = tuple(qa.scale.stride()) == ScaleLayout.COL_MAJOR_STRIDED.strides(m, groups)
+    if (rows, blocks) == (m, groups) or not honoured:
+        return qa.data, qa.scale
+    data = torch.zeros((rows, blocks * BLOCK), dtype=torch.uint8, device=qa.data.device)
+    data[:m, : qa.k] = qa.data.view(torch.uint8)
+    logical = torch.ones((rows, blocks), dtype=torch.float32, device=qa.scale.device)
+    logical[:m, :groups] = read_scale(qa.scale, ScaleLayout.COL_MAJOR_STRIDED)
     return data.view(qa.data.dtype), present_scale(logical, ScaleLayout.COL_MAJOR_STRIDED)
+
+
+def _dense_weight(linear: BlockScaledLinear) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weight bytes and block scale as gap-free row-major tensors (a row-parallel shard is a strided
+    view, which cuBLAS's leading-dimension contract rejects), K padded like the input's; cached until
+    either changes."""
+    weight = linear.weight
+    groups = weight.scale.shape[1]
+    blocks = _round_up(groups, K_BLOCK_MULTIPLE)
+    if weight.data.is_contiguous() and weight.scale.is_contiguous() and blocks == groups:
+        return weight.data, weight.scale
+    key = (weight.data.data_ptr(), weight.data._version, weight.scale.data_ptr(), weight.scale._version)
+    cached = linear.read_cache.get("cublas-dense")
+    if cached is None or cached[0] != key:
+        data = torch.zeros((weight.n, blocks * BLOCK), dtype=torch.uint8, device=weight.data.device)
+        data[:, : weight.data.shape[1]] = weight.data.view(torch.uint8)
+        scale = torch.ones((weight.scale.shape[0], blocks), dtype=torch.float32, device=weight.scale.device)
+        scale[:, :groups] = weight.scale
+        cached = (key, (data.view(weight.data.dtype), scale))
+        linear.read_cache["cublas-dense"] = cached
+    return cached[1]

@@ -389,6 +389,14 @@ class Checkpoint:
         """Bytes of all tensors, scales included."""
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
+    def to(self, device: torch.device | str) -> Checkpoint:
+        """The same checkpoint with every tensor on `device` (self when already there)."""
+        device = torch.device(device)
+        if all(t.device == device for t in self.tensors.values()):
+            return self
+        moved = {key: t.to(device) for key, t in self.tensors.items()}
+        return Checkpoint(self.cfg, self.layer, moved, self.quantized, self.source)
+
     def linear_modules(self) -> list[str]:
         """Module names of the 2-D (linear) weights, e.g. ``["q_a_proj", "q_b_proj", ...]``."""
         return [k.removesuffix(WEIGHT_SUFFIX) for k, s in expected_shapes(self.cfg).items() if len(s) == 2]

@@ -35,20 +35,26 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
         if threads:
             torch.set_num_threads(threads)
         use_cuda = payload["device"] == "cuda"
+        device = torch.device(f"cuda:{rank}" if use_cuda else "cpu")
         if use_cuda:
-            torch.cuda.set_device(rank)
+            torch.cuda.set_device(device)
         dist.init_process_group(
             "nccl" if use_cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=payload["timeout"])
         )
         from .build import LayerBuilder
 
         builder = LayerBuilder(
-            payload["cfg"], payload["ckpt"], world, payload["platform"], payload["scenario"], payload["dtype"]
+            payload["cfg"],
+            payload["ckpt"].to(device),
+            world,
+            payload["platform"],
+            payload["scenario"],
+            payload["dtype"],
         )
         layer = builder.rank_layer(rank)
         if payload.get("fail_rank") == rank:  # fault injection, used to test the error path
             raise RuntimeError(f"injected failure on rank {rank}")
-        state = layer.begin(payload["hidden"], payload["positions"])
+        state = layer.begin(payload["hidden"].to(device), payload["positions"].to(device))
         records = []
         for step in layer.steps(payload["mode"]):
             if step.collective:
@@ -58,6 +64,7 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
                 records.append(layer.finish_all_reduce(state, sum_in_rank_order(parts)))
             else:
                 records.append(step.run(state))
+        records = [_to_cpu(record) for record in records]
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(records, gathered, dst=0)
         if rank == 0:
@@ -71,6 +78,13 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
         dist.destroy_process_group()
     except BaseException:  # report every failure, including KeyboardInterrupt in a child
         results.put(("error", rank, traceback.format_exc()))
+
+
+def _to_cpu(record):
+    """A record whose tensors live on the CPU, so rank 0 and the parent can read it."""
+    record.output = record.output.cpu() if record.output is not None else None
+    record.extras = {key: t.cpu() for key, t in record.extras.items()}
+    return record
 
 
 def describe_kernel(linear) -> str:

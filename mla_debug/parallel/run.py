@@ -70,7 +70,10 @@ class MLALayer:
         scenario: Scenario | str = "reference",
         dtype: torch.dtype = torch.bfloat16,
         policy=None,
+        device: torch.device | str = "cpu",
     ) -> None:
+        self.device = torch.device(device)
+        ckpt = ckpt.to(self.device)
         self.cfg, self.ckpt, self.tp_size, self.dtype = cfg, ckpt, tp_size, dtype
         self.platform = platform_of(platform)
         self.scenario = scenario_of(scenario)
@@ -89,7 +92,8 @@ class MLALayer:
 
     def steps(self, hidden: torch.Tensor, positions: torch.Tensor, mode: str = "prefill") -> Iterator[StepRecord]:
         """Yield the gathered StepRecord of every op in order; per-rank records land in `last_per_rank`."""
-        positions = check_inputs(self.cfg, self.ckpt, hidden, positions, mode)
+        positions = check_inputs(self.cfg, self.ckpt, hidden, positions, mode).to(self.device)
+        hidden = hidden.to(self.device)
         self.last_per_rank = {}
         for name, records in run_lockstep(self.ranks, hidden, positions, mode):
             self.last_per_rank[name] = records
@@ -105,7 +109,8 @@ class MLALayer:
         for layer in self.ranks:
             layer.keep_stats = False
         try:
-            positions = check_inputs(self.cfg, self.ckpt, hidden, positions, mode)
+            positions = check_inputs(self.cfg, self.ckpt, hidden, positions, mode).to(self.device)
+            hidden = hidden.to(self.device)
             last = None
             for _, records in run_lockstep(self.ranks, hidden, positions, mode):
                 last = records
@@ -142,16 +147,26 @@ def run_layer(
     executor: str = "simulated",
     dtype: torch.dtype = torch.bfloat16,
     timeout: float = 300.0,
+    device: str = "cpu",
 ) -> LayerRun:
     """Run one layer forward at `tp_size` and collect every step (gathered to TP-independent shapes).
 
     executor="simulated" runs all ranks in this process; "distributed" runs one process per rank with
-    torch.distributed (gloo on CPU) and gives a bitwise identical LayerRun.
+    torch.distributed and gives a bitwise identical LayerRun. device="cuda" runs on the GPU: all
+    in-process ranks share one, and the distributed executor gives each rank its own (nccl).
     """
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r} is not 'cpu' or 'cuda'")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' asked for, but torch sees no CUDA GPU")
     if executor not in EXECUTORS:
         raise ValueError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
     if executor == "simulated":
-        return MLALayer(cfg, ckpt, tp_size, platform, scenario, dtype).run(hidden, positions, mode)
+        return MLALayer(cfg, ckpt, tp_size, platform, scenario, dtype, device=device).run(hidden, positions, mode)
+    if device == "cuda" and torch.cuda.device_count() < tp_size:
+        raise ValueError(
+            f"the distributed executor needs one GPU per rank: {tp_size} ranks, {torch.cuda.device_count()} GPUs"
+        )
     cfg.check_tp(tp_size)
     positions = check_inputs(cfg, ckpt, hidden, positions, mode)
     plat, scen = platform_of(platform), scenario_of(scenario)
@@ -164,7 +179,7 @@ def run_layer(
         platform=plat,
         scenario=scen,
         dtype=dtype,
-        device="cpu",
+        device=device,
     )
     report = run_ranks_distributed(payload, tp_size, timeout=timeout)
     per_rank_lists = report["records"]
