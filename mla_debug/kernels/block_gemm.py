@@ -43,10 +43,12 @@ def weight_values(linear: BlockScaledLinear, shuffled: ShuffleLayout | None, sca
     them, whatever was really done to them), optionally multiplied by the block scale."""
     weight = linear.weight
     data, scale = weight.data, weight.scale
-    key = (data.data_ptr(), data._version, tuple(data.shape), scale.data_ptr(), scale._version)
+    # Keyed on the tensors themselves (identity + version counter), never on data pointers, which a
+    # new tensor can inherit from a freed one.
+    key = (data, data._version, scale, scale._version)
     mode = (shuffled, scaled)
     cached = linear.read_cache.get(mode)
-    if cached is not None and cached[0] == key:
+    if cached is not None and same_tensor_key(cached[0], key):
         return cached[1]
     if shuffled is not None:
         data = unshuffle_weight(data, shuffled, k=weight.k, name=f"{linear.name}.weight")
@@ -58,6 +60,10 @@ def weight_values(linear: BlockScaledLinear, shuffled: ShuffleLayout | None, sca
     values = block_dequantize(data, scale) if scaled else weight.fmt.decode(data)
     linear.read_cache[mode] = (key, values)
     return values
+
+
+def same_tensor_key(a: tuple, b: tuple) -> bool:
+    return a[0] is b[0] and a[1] == b[1] and a[2] is b[2] and a[3] == b[3]
 
 
 def block_scaled_mm(

@@ -16,6 +16,7 @@ from .._checks import describe
 from ..layouts import QuantizedActivation, ScaleLayout, present_scale, read_scale
 from ..numerics import E4M3FN
 from .base import Contract, GemmProblem, Kernel, register_kernel
+from .block_gemm import same_tensor_key
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear
@@ -114,9 +115,9 @@ def _dense_weight(linear: BlockScaledLinear) -> tuple[torch.Tensor, torch.Tensor
     blocks = _round_up(groups, K_BLOCK_MULTIPLE)
     if weight.data.is_contiguous() and weight.scale.is_contiguous() and blocks == groups:
         return weight.data, weight.scale
-    key = (weight.data.data_ptr(), weight.data._version, weight.scale.data_ptr(), weight.scale._version)
+    key = (weight.data, weight.data._version, weight.scale, weight.scale._version)
     cached = linear.read_cache.get("cublas-dense")
-    if cached is None or cached[0] != key:
+    if cached is None or not same_tensor_key(cached[0], key):
         data = torch.zeros((weight.n, blocks * BLOCK), dtype=torch.uint8, device=weight.data.device)
         data[:, : weight.data.shape[1]] = weight.data.view(torch.uint8)
         scale = torch.ones((weight.scale.shape[0], blocks), dtype=torch.float32, device=weight.scale.device)

@@ -17,10 +17,6 @@ from ..numerics import E4M3FN, E4M3FNUZ, e4m3fn_to_e4m3fnuz
 from ..numerics.quantize import block_dequantize
 
 
-def _tensor_key(t: torch.Tensor) -> tuple:
-    return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), t.dtype)
-
-
 @dataclass
 class LinearCall:
     output: torch.Tensor
@@ -107,22 +103,24 @@ class QuantizedLinear:
         """Through the loaded kernel, or through `kernel` when the model calls one directly.
 
         A replicated linear is shared by the in-process ranks, which hand it the very same input
-        tensor: the call is then computed once and reused (keyed on the input's and weight's storage
-        and version counters, so any change recomputes).
+        tensor: the call is then computed once and reused.
         """
+        # The memo holds the input and weight objects themselves (identity, not data pointers: a freed
+        # tensor's address can be reused) and their version counters (in-place changes recompute).
         weight = self.block.weight
-        key = (
-            _tensor_key(x.data if isinstance(x, QuantizedActivation) else x),
-            _tensor_key(x.scale) if isinstance(x, QuantizedActivation) else None,
-            _tensor_key(weight.data),
-            _tensor_key(weight.scale),
-            id(kernel),
-            id(self.block.kernel),
-        )
-        if self._memo is not None and self._memo[0] == key:
-            return self._memo[1]
+        memo = self._memo
+        if (
+            memo is not None
+            and memo[0] is x
+            and memo[1] is weight
+            and memo[2] is kernel
+            and memo[3] is self.block.kernel
+            and all(t._version == v for t, v in memo[4])
+        ):
+            return memo[5]
         result = self._run(x, kernel)
-        self._memo = (key, result)
+        tensors = ((x.data, x.scale) if isinstance(x, QuantizedActivation) else (x,)) + (weight.data, weight.scale)
+        self._memo = (x, weight, kernel, self.block.kernel, tuple((t, t._version) for t in tensors), result)
         return result
 
     def _run(self, x, kernel) -> LinearCall:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .records import PARTIAL, REPLICATED, StepRecord, StepStats
+from .records import PARTIAL, REPLICATED, StepRecord
 
 
 @dataclass
@@ -35,8 +35,6 @@ class RankLayer(ABC):
         self.tp_size = tp_size
         self.dtype = dtype
         self.behaviour = behaviour
-        # False skips per-step statistics (a plain forward, for timing against a recorded one).
-        self.keep_stats = True
 
     @abstractmethod
     def steps(self, mode: str) -> list[Step]:
@@ -54,7 +52,6 @@ class RankLayer(ABC):
             rank=self.rank,
             gather=gather,
             gather_dim=gather_dim,
-            stats=StepStats.of(output) if self.keep_stats else None,
             **fields,
         )
 

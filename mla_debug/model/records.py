@@ -23,12 +23,15 @@ class StepStats:
     @classmethod
     def of(cls, t: torch.Tensor) -> StepStats:
         t = t.detach()
-        if not t.is_floating_point():
+        if not t.is_floating_point() or t.numel() == 0:
             return cls(0.0, 0, 0)
-        tf = t.to(torch.float32)
-        finite = torch.isfinite(tf)
-        amax = tf[finite].abs().max().item() if finite.any() else float("nan")
-        return cls(amax=amax, nan=int(torch.isnan(tf).sum()), inf=int(torch.isinf(tf).sum()))
+        magnitude = t.abs().to(torch.float32)
+        nan, inf = int(torch.isnan(magnitude).sum()), int(torch.isinf(magnitude).sum())
+        if nan + inf == 0:
+            return cls(amax=magnitude.max().item(), nan=0, inf=0)
+        finite = magnitude.nan_to_num(nan=0.0, posinf=0.0)
+        amax = finite.max().item() if nan + inf < t.numel() else float("nan")
+        return cls(amax=amax, nan=nan, inf=inf)
 
 
 @dataclass
@@ -51,8 +54,15 @@ class StepRecord:
     weight_layout: str | None = None
     violations: list[ContractViolation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    stats: StepStats | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    _stats: StepStats | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def stats(self) -> StepStats | None:
+        """amax / NaN / Inf counts of the output, computed on first use (recording stays cheap)."""
+        if self._stats is None and self.output is not None:
+            self._stats = StepStats.of(self.output)
+        return self._stats
 
     @property
     def effective_violations(self) -> list[ContractViolation]:

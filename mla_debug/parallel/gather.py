@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import torch
 
-from ..model.records import CONCAT, PARTIAL, StepRecord, StepStats
+from ..model.records import CONCAT, PARTIAL, StepRecord
 
 
 def sum_in_rank_order(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -35,4 +35,4 @@ def gather_step(records: list[StepRecord]) -> StepRecord:
                 seen.add(violation.message)
                 violations.append(violation)
     notes = list(dict.fromkeys(note for record in records for note in record.notes))
-    return replace(first, output=output, rank=None, violations=violations, notes=notes, stats=StepStats.of(output))
+    return replace(first, output=output, rank=None, violations=violations, notes=notes, _stats=None)

@@ -102,22 +102,15 @@ class MLALayer:
     def run(
         self, hidden: torch.Tensor, positions: torch.Tensor, mode: str = "prefill", record: bool = True
     ) -> LayerRun:
-        """All steps into a LayerRun; `record=False` keeps only the final output (no stats, no per-rank)."""
+        """All steps into a LayerRun; `record=False` keeps only the final output (no per-step or per-rank records)."""
         if record:
             records = {r.name: r for r in self.steps(hidden, positions, mode)}
             return self._layer_run(records, dict(self.last_per_rank), mode, "simulated")
-        for layer in self.ranks:
-            layer.keep_stats = False
-        try:
-            positions = check_inputs(self.cfg, self.ckpt, hidden, positions, mode).to(self.device)
-            hidden = hidden.to(self.device)
-            last = None
-            for _, records in run_lockstep(self.ranks, hidden, positions, mode):
-                last = records
-            final = gather_step(last)
-        finally:
-            for layer in self.ranks:
-                layer.keep_stats = True
+        positions = check_inputs(self.cfg, self.ckpt, hidden, positions, mode).to(self.device)
+        last = None
+        for _, records in run_lockstep(self.ranks, hidden.to(self.device), positions, mode):
+            last = records
+        final = gather_step(last)
         return self._layer_run({final.name: final}, {}, mode, "simulated")
 
     def _layer_run(self, records, per_rank, mode: str, executor: str) -> LayerRun:

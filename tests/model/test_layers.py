@@ -197,6 +197,12 @@ def test_recording_off_gives_the_same_output(tiny):
     full = layer.run(hidden, positions)
     bare = layer.run(hidden, positions, record=False)
     assert list(bare.records) == ["all_reduce"] and torch.equal(bare.output, full.output)
+    # New inputs on a layer that memoizes replicated GEMMs: freed tensors' addresses get reused, and
+    # the memo must never mistake a new input for an old one.
+    for seed in (1, 2, 3):
+        other, _ = tokens(cfg, seed=seed)
+        again = layer.run(other, positions, record=False)
+        assert torch.equal(again.output, md.MLALayer(cfg, ckpt, tp_size=2).run(other, positions).output)
 
 
 def test_stepping_yields_records_in_order(tiny):
