@@ -8,6 +8,7 @@ Plotting and notebook helpers import lazily so ``import mla_debug`` works on a b
 
 from __future__ import annotations
 
+from .analysis import RunDiff, TriageResult, Workbench, bisect, compare, triage
 from .kernels import (
     BlockScaledLinear,
     GemmCall,
@@ -57,7 +58,7 @@ from .numerics import (
     quant_flavor,
 )
 from .parallel import LayerRun, MLALayer, run_layer  # noqa: E402
-from .scenarios import SCENARIOS, Scenario, scenario  # noqa: E402
+from .scenarios import SCENARIOS, Scenario, scenario, scenario_names  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -65,6 +66,12 @@ __all__ = [
     "E4M3FN",
     "E4M3FNUZ",
     "BlockScaledLinear",
+    "RunDiff",
+    "TriageResult",
+    "Workbench",
+    "bisect",
+    "compare",
+    "triage",
     "Checkpoint",
     "ContractViolation",
     "Fp8Format",
@@ -109,6 +116,7 @@ __all__ = [
     "run_layer",
     "scale_as_read",
     "scenario",
+    "scenario_names",
     "shuffle_period",
     "shuffle_weight",
     "unshuffle_weight",

@@ -1,8 +1,11 @@
 """`mla-debug` command line (also `python -m mla_debug.cli`).
 
 Subcommands:
-  demo      the silent layout bugs of aiter's preshuffled GEMM, reproduced on the CPU
-  kernels   the registered kernels, their capability flags and whether they run here
+  demo         the main job on built-in defaults: TP triage of DeepSeek-V3 on an MI355X (make demo)
+  triage       run a layer at several TP sizes under serving scenarios; where and why it diverges, and the fix
+  layouts      byte forensics of saved tensors against a reference
+  kernel-demo  the silent layout bugs of aiter's preshuffled GEMM, one GEMM at a time
+  kernels      the registered kernels, their capability flags and whether they run here
   select    which kernel a serving engine picks for a layer shape on a platform, and why
   checkpoint  `checkpoint make`: write a seeded synthetic one-layer checkpoint (Hugging Face folder)
 """
@@ -12,11 +15,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import cli_layouts, cli_triage
+
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import main as demo_main
 
-    return demo_main([])
+    return demo_main(args.demo_args)
+
+
+def _cmd_kernel_demo(args: argparse.Namespace) -> int:
+    from .kernel_demo import main as kernel_demo_main
+
+    return kernel_demo_main([])
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
@@ -95,8 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mla-debug", description="Debug FP8 block-scaled MLA layers across TP sizes.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="reproduce the silent layout bugs on the CPU")
+    demo = sub.add_parser("demo", help="the main job on defaults: TP triage of DeepSeek-V3 on MI355X (see make demo)")
+    demo.add_argument("demo_args", nargs=argparse.REMAINDER, help="options of python -m mla_debug.demo")
     demo.set_defaults(func=_cmd_demo)
+
+    kernel_demo = sub.add_parser("kernel-demo", help="the silent layout bugs, one GEMM at a time")
+    kernel_demo.set_defaults(func=_cmd_kernel_demo)
 
     kernels = sub.add_parser("kernels", help="list kernels, their flags and availability")
     kernels.set_defaults(func=_cmd_kernels)
@@ -121,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--layer", type=int, default=0, help="layer index used in the tensor names")
     make.add_argument("--no-quantize", action="store_true", help="keep bf16 weights (no fp8, no scales)")
     make.set_defaults(func=_cmd_checkpoint)
+
+    cli_layouts.add_parser(sub)
+    cli_triage.add_parser(sub)
     return parser
 
 

@@ -7,27 +7,96 @@
 | vllm-pr51692  | the preshuffled kernel first (chosen per rank shape through the tuned table), flags ignored: the four defects of SEMANTICS 6 |
 | vllm-pr56433  | the fix: flags honoured, consumers asked for their scale order, model skips its shuffle when the kernel preshuffled |
 | nvidia-cublas | NVIDIA: cuBLAS blockwise scaled_mm (strict stride contract), reference where it cannot run |
+
+User-defined scenarios are data too: `Scenario.from_dict`, `Scenario.from_file` (YAML or JSON; the keys
+are described in `mla_debug.scenario_files`) and `scenario(spec)`, which takes a built-in name, a
+Scenario, a dict or a path to such a file::
+
+    md.scenario("my-scenarios/ignore-flags.yaml")
+    md.scenario({"name": "no-preshuffle", "base": "vllm-pr51692", "disabled": ["aiter-bpreshuffle"]})
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
 from .kernels import KernelPolicy, Platform, TunedTable, platform
 from .model.behaviour import ModelBehaviour
+from .scenario_files import is_scenario_file_name, parse_scenario, read_scenario_file
 
 
 @dataclass(frozen=True)
 class Scenario:
+    """A named serving behaviour: how kernels are chosen (a KernelPolicy recipe) and what the model does.
+
+    ``tuned_path`` holds one path or a tuple of paths (aiter tuned CSVs or a configs/ folder); None
+    uses `TunedTable.default()` (aiter's env var, an installed aiter, else the embedded shapes).
+    """
+
     name: str
     description: str
     priority: tuple[str, ...] | None = None  # None: KernelPolicy.for_platform's vLLM-like default
     preshuffled_first: bool = True
     disabled: tuple[str, ...] = ()
-    overrides: dict = field(default_factory=dict)
-    kernel_options: dict = field(default_factory=dict)
+    overrides: dict[str, str] = field(default_factory=dict)
+    kernel_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     behaviour: ModelBehaviour = field(default_factory=ModelBehaviour)
-    tuned_path: str | None = None
+    tuned_path: str | tuple[str, ...] | None = None
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        name: str | None = None,
+        *,
+        source: str | None = None,
+        relative_to: str | os.PathLike | None = None,
+    ) -> Scenario:
+        """A scenario from a mapping (the keys of a scenario file), validated eagerly.
+
+        `name` is used when `data` has no ``name`` key; `source` names the origin in error messages;
+        relative ``tuned`` paths are resolved against `relative_to` (default: the working directory).
+        Unknown keys, wrong types, unknown kernels or kernel options raise ValueError naming them.
+
+        >>> Scenario.from_dict({"name": "no-flags", "base": "vllm-pr56433",
+        ...                     "kernel_options": {"aiter-bpreshuffle": {"honour_layer_flags": False}}})
+        """
+        return cls(**parse_scenario(cls, data, name, SCENARIOS, source=source, relative_to=relative_to))
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> Scenario:
+        """A scenario from a .yml/.yaml or .json file; the name defaults to the file's stem and relative
+        ``tuned`` paths are taken relative to the file's folder.
+
+        >>> md.Scenario.from_file("scenarios/ignore-flags.yaml")
+        """
+        path = Path(path).expanduser()
+        data = read_scenario_file(path)
+        return cls.from_dict(data, name=path.stem, source=f"scenario file {path}", relative_to=path.parent.absolute())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (lists, dicts, str, bool) that `from_dict` turns back into an equal Scenario;
+        ``yaml.safe_dump(s.to_dict())`` is a valid scenario file.
+
+        ``preshuffled_first`` is written only without an explicit ``priority`` (it shapes only the
+        platform's default order, and `from_dict` refuses both together).
+        """
+        out: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.priority is not None:
+            out["priority"] = list(self.priority)
+        else:
+            out["preshuffled_first"] = self.preshuffled_first
+        out["disabled"] = list(self.disabled)
+        out["overrides"] = dict(self.overrides)
+        out["kernel_options"] = {kernel: dict(options) for kernel, options in self.kernel_options.items()}
+        out["behaviour"] = {f.name: getattr(self.behaviour, f.name) for f in fields(self.behaviour)}
+        if self.tuned_path is not None:
+            out["tuned"] = self.tuned_path if isinstance(self.tuned_path, str) else list(self.tuned_path)
+        return out
 
     def policy(self, plat: Platform | str, tuned: TunedTable | None = None) -> KernelPolicy:
         """The KernelPolicy this scenario uses on `plat`."""
@@ -76,10 +145,30 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-def scenario(spec: str | Scenario) -> Scenario:
-    """A named scenario, or a Scenario passed through; the error lists the valid names."""
+def scenario_names() -> list[str]:
+    """The names of the built-in scenarios."""
+    return list(SCENARIOS)
+
+
+def scenario(spec: str | os.PathLike | Mapping[str, Any] | Scenario) -> Scenario:
+    """A built-in scenario by name, a Scenario passed through, a dict (`Scenario.from_dict`) or a
+    .yml/.yaml/.json file (`Scenario.from_file`); an unknown name's error lists the built-in names.
+
+    >>> md.scenario("vllm-pr51692"), md.scenario("my-scenario.yaml")
+    """
     if isinstance(spec, Scenario):
         return spec
-    if isinstance(spec, str) and spec in SCENARIOS:
+    if isinstance(spec, Mapping):
+        return Scenario.from_dict(spec)
+    if isinstance(spec, os.PathLike):
+        return Scenario.from_file(spec)
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"scenario: expected a name, a Scenario, a dict or a path to a .yml/.yaml/.json file, "
+            f"got {type(spec).__name__}"
+        )
+    if spec in SCENARIOS:
         return SCENARIOS[spec]
-    raise ValueError(f"unknown scenario {spec!r}; valid: {', '.join(SCENARIOS)}")
+    if is_scenario_file_name(spec):
+        return Scenario.from_file(spec)  # FileNotFoundError names the path when it is missing
+    raise ValueError(f"unknown scenario {spec!r}; valid: {', '.join(SCENARIOS)} (or a .yml/.yaml/.json scenario file)")

@@ -8,8 +8,8 @@ import sys
 from mla_debug.cli import main
 
 
-def test_demo_reproduces_the_three_bugs(capsys):
-    assert main(["demo"]) == 0
+def test_kernel_demo_reproduces_the_three_bugs(capsys):
+    assert main(["kernel-demo"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     m16 = [line for line in lines if line.strip().startswith("16  aiter-bpreshuffle")]
@@ -52,3 +52,52 @@ def test_module_entry_point_runs():
         [sys.executable, "-m", "mla_debug.cli", "kernels"], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0 and "aiter-bpreshuffle" in result.stdout
+
+
+def test_demo_triages_and_writes_reports_to_a_fresh_folder(tmp_path, capsys):
+    """`make demo` on a smaller model: mini has DeepSeek-V3's head structure, so kv_b_proj is
+    preshuffled exactly from TP4 on and only decode at TP4 breaks under vLLM PR #51692."""
+    from mla_debug.demo import main as demo_main
+
+    args = ["--model", "mini", "--tp", "2", "4", "--tokens", "8", "--out", str(tmp_path)]
+    assert demo_main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines to the terminal width
+    assert "kv_b_proj at TP4: aiter-bpreshuffle re-laid out the weight that absorbed decode" in out
+    assert "restores decode" in out and "kv_b_proj at TP2" not in out
+    assert "every TP size and mode matches the reference" in out  # the fixed scenario
+    (folder,) = tmp_path.iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "triage-vllm-pr51692.html",
+        "triage-vllm-pr51692.json",
+        "triage-vllm-pr56433.html",
+        "triage-vllm-pr56433.json",
+    ]
+    assert demo_main(args) == 0  # a second run never reuses the first one's folder
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_triage_command_writes_json_and_html(tmp_path, capsys):
+    report, js = tmp_path / "r.html", tmp_path / "r.json"
+    report.write_text("a user's earlier report")
+    args = ["triage", "--model", "mini", "--scenario", "vllm-pr51692", "--tp", "2", "4", "--tokens", "8",
+            "--modes", "decode", "--report", str(report), "--json", str(js)]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "diverged" in out and "culprit kv_b_proj at TP4" in out
+    assert report.read_text() == "a user's earlier report"  # never overwritten
+    assert (tmp_path / "r-2.html").stat().st_size > 100_000  # plotly.js embedded
+    import json
+
+    data = json.loads(js.read_text())
+    assert [(r["tp"], r["mode"], r["verdict"]) for r in data["runs"]] == [(2, "decode", "ok"), (4, "decode", "diverged")]
+
+
+def test_triage_command_bad_input(capsys):
+    assert main(["triage", "--model", "deepseek-v9"]) == 2
+    assert "unknown preset 'deepseek-v9'; valid: deepseek-v3" in capsys.readouterr().err
+    assert main(["triage", "--model", "tiny", "--scenario", "nope"]) == 2
+    assert "unknown scenario 'nope'; valid: reference" in capsys.readouterr().err
+    assert main(["triage", "--model", "tiny", "--tp", "3"]) == 2
+    assert "tp_size=3 does not divide num_heads=16" in capsys.readouterr().err
+    assert main(["triage", "--model", "tiny", "--tokens", "0"]) == 2
+    assert "tokens=0 must be >= 1" in capsys.readouterr().err

@@ -115,7 +115,7 @@ class AttentionV4Rank(RankLayer):
                 ContractViolation(
                     kind=ViolationKind.CONSUMERS_DISAGREE,
                     consumer=" and ".join(CONSUMERS),
-                    tensor="pre-quantized q-lora (q_norm output)",
+                    tensor="q_norm output (the pre-quantized q-lora)",
                     expected="one scale order for both consumers",
                     found=wanted,
                     effective=True,

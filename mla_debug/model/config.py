@@ -134,7 +134,7 @@ class MLAConfig:
     @classmethod
     def preset(cls, name: str) -> MLAConfig:
         """A named configuration: deepseek-v3, deepseek-r1, kimi-k2, deepseek-v4-flash, deepseek-v4-pro,
-        tiny, tiny-v4."""
+        mini, tiny, tiny-v4."""
         key = name.strip().lower()
         if key not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
@@ -222,6 +222,10 @@ PRESETS: dict[str, MLAConfig] = {
     "tiny": MLAConfig(
         name="tiny", **{**_V3, "hidden_size": 512, "num_heads": 16, "q_lora_rank": 256, "kv_lora_rank": 128}
     ),
+    # DeepSeek-V3's head structure (128 heads, Lkv 512) at a small hidden size: its per-rank kv_b_proj and
+    # o_proj shapes hit aiter's gfx950 tuned table exactly where DeepSeek-V3's do (TP4, TP8), so the
+    # TP-dependent bugs reproduce in seconds.
+    "mini": MLAConfig(name="mini", **{**_V3, "hidden_size": 1024, "q_lora_rank": 512}),
     "tiny-v4": MLAConfig(
         name="tiny-v4",
         **{

@@ -160,8 +160,9 @@ def test_every_preset_builds_valid_and_is_named(name):
     assert MLAConfig.preset(f"  {name.upper()} ") is cfg
 
 
-def test_the_seven_presets_exist():
+def test_the_presets_exist():
     assert set(PRESETS) == {
+        "mini",
         "deepseek-v3",
         "deepseek-r1",
         "kimi-k2",
@@ -410,3 +411,10 @@ def test_transformers_deepseek_v4_config_parses_to_the_flash_preset():
     transformers = pytest.importorskip("transformers")
     cfg = MLAConfig.from_hf(transformers.DeepseekV4Config().to_dict(), name="deepseek-v4-flash")
     assert cfg.with_(quantized=True) == MLAConfig.preset("deepseek-v4-flash")
+
+
+def test_mini_has_deepseek_v3_heads_at_a_small_hidden_size():
+    mini, v3 = MLAConfig.preset("mini"), MLAConfig.preset("deepseek-v3")
+    same = ("num_heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_scaling")
+    assert all(getattr(mini, f) == getattr(v3, f) for f in same)
+    assert (mini.hidden_size, mini.q_lora_rank) == (1024, 512)

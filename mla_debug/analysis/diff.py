@@ -1,0 +1,173 @@
+"""Step-by-step comparison of a layer run with its reference: `md.compare(run, reference) -> RunDiff`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..layouts import ContractViolation, ViolationKind
+from ..numerics import cosine, max_abs, rel_l2, snr_db
+from .noise import DIVERGENCE_FACTOR, threshold
+
+# What each broken contract means, in words (the classification of a divergent step).
+CLASSIFICATION = {
+    ViolationKind.SCALE_ORDER: "scale order misread",
+    ViolationKind.RELAID_WEIGHT_DIRECT_READ: "weight relaid under a direct reader",
+    ViolationKind.DOUBLE_SHUFFLE: "weight shuffled twice",
+    ViolationKind.WEIGHT_LAYOUT_MISMATCH: "weight read in another layout than it holds",
+    ViolationKind.CONSUMERS_DISAGREE: "consumers of one pre-quantized tensor disagree on its scale order",
+}
+
+
+@dataclass
+class StepDiff:
+    name: str
+    kernel: str | None
+    reference_kernel: str | None
+    scale_layout: str | None
+    weight_layout: str | None
+    violations: list[ContractViolation]
+    rel_err: float
+    max_abs: float
+    cosine: float
+    snr_db: float
+    floor: float | None
+    threshold: float | None
+    diverged: bool
+    classification: str
+
+    @property
+    def effective_violations(self) -> list[ContractViolation]:
+        return [v for v in self.violations if v.effective]
+
+
+@dataclass
+class RunDiff:
+    """Per-step errors of `run` against `reference` (same steps, TP-independent shapes)."""
+
+    run: object
+    reference: object
+    steps: list[StepDiff] = field(default_factory=list)
+
+    @property
+    def first_divergent(self) -> StepDiff | None:
+        return next((s for s in self.steps if s.diverged), None)
+
+    @property
+    def first_divergent_step(self) -> str | None:
+        step = self.first_divergent
+        return step.name if step else None
+
+    @property
+    def worst(self) -> StepDiff | None:
+        scored = [s for s in self.steps if math.isfinite(s.rel_err)] or self.steps
+        return max(scored, key=lambda s: s.rel_err if math.isfinite(s.rel_err) else math.inf, default=None)
+
+    @property
+    def diverged(self) -> bool:
+        return any(s.diverged for s in self.steps)
+
+    def step(self, name: str) -> StepDiff:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise KeyError(f"no step {name!r}; steps: {[s.name for s in self.steps]}")
+
+    @property
+    def table(self):
+        """pandas DataFrame, one row per step."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                dict(
+                    step=s.name,
+                    kernel=s.kernel,
+                    reference_kernel=s.reference_kernel,
+                    scale_layout=s.scale_layout,
+                    weight_layout=s.weight_layout,
+                    violations="; ".join(str(v) for v in s.violations),
+                    rel_err=s.rel_err,
+                    max_abs=s.max_abs,
+                    cosine=s.cosine,
+                    snr_db=s.snr_db,
+                    floor=s.floor,
+                    threshold=s.threshold,
+                    diverged=s.diverged,
+                    classification=s.classification,
+                )
+                for s in self.steps
+            ]
+        )
+
+
+def classify(diverged: bool, violations: list[ContractViolation], rel_err: float) -> str:
+    effective = [v for v in violations if v.effective]
+    if effective:
+        return "; ".join(dict.fromkeys(CLASSIFICATION[v.kind] for v in effective))
+    if not math.isfinite(rel_err):
+        return "non-finite values"
+    if diverged:
+        return "diverged without a broken contract at this step (inherited from an earlier step)"
+    if violations:
+        return "quantization noise only (a contract is broken but the bytes read coincide)"
+    return "quantization noise only"
+
+
+def compare(run, reference, floor: dict[str, float] | None = None, factor: float = DIVERGENCE_FACTOR) -> RunDiff:
+    """Compare every step of `run` with the same step of `reference`.
+
+    `floor` (per-step FP8 noise of a correct run, from `analysis.noise.step_floor`) sets each step's
+    divergence threshold, max(factor x floor, 1e-3); without it only contract violations and
+    non-finite values mark a step as diverged.
+    """
+    diff = RunDiff(run=run, reference=reference)
+    for name, record in run.records.items():
+        ref = reference.records.get(name)
+        if ref is None or record.output is None or ref.output is None:
+            continue
+        a, b = record.output, ref.output
+        if a.shape != b.shape:
+            raise ValueError(f"step {name}: run output {tuple(a.shape)} and reference {tuple(b.shape)} differ in shape")
+        err = rel_l2(a, b)
+        step_floor = floor.get(name) if floor else None
+        limit = threshold(step_floor, factor) if step_floor is not None else None
+        effective = any(v.effective for v in record.violations)
+        diverged = (not math.isfinite(err)) or (limit is not None and err > limit) or (limit is None and effective)
+        diff.steps.append(
+            StepDiff(
+                name=name,
+                kernel=record.kernel,
+                reference_kernel=ref.kernel,
+                scale_layout=record.scale_layout,
+                weight_layout=record.weight_layout,
+                violations=list(record.violations),
+                rel_err=err,
+                max_abs=max_abs(a, b),
+                cosine=cosine(a, b),
+                snr_db=snr_db(a, b),
+                floor=step_floor,
+                threshold=limit,
+                diverged=diverged,
+                classification=classify(diverged, record.violations, err),
+            )
+        )
+    return diff
+
+
+def block_errors(run_output: torch.Tensor, reference_output: torch.Tensor, block: int = 128) -> torch.Tensor:
+    """(tokens, ceil(D/block)) relative L2 error per token and 128-column block (aligned to the quant
+    blocks): where in the output a misread scale or weight lands."""
+    a = run_output.detach().to(torch.float64).reshape(run_output.shape[0], -1)
+    b = reference_output.detach().to(torch.float64).reshape(reference_output.shape[0], -1)
+    pad = (-a.shape[1]) % block
+    if pad:
+        a = torch.nn.functional.pad(a, (0, pad))
+        b = torch.nn.functional.pad(b, (0, pad))
+    a = a.view(a.shape[0], -1, block)
+    b = b.view(b.shape[0], -1, block)
+    num = torch.linalg.vector_norm(a - b, dim=-1)
+    den = torch.linalg.vector_norm(b, dim=-1)
+    return torch.where(den > 0, num / den.clamp_min(1e-300), torch.where(num > 0, math.inf, 0.0)).to(torch.float32)

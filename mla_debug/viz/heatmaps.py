@@ -1,0 +1,216 @@
+"""Error heatmaps of a TP triage: where (TP size x step) and then where inside one step's output
+(token x 128-column block) a run leaves the reference.
+
+    fig = error_heatmap(result, "decode")        # rows TP sizes, columns steps in layer order
+    fig = block_heatmap(result, 4, "decode")     # the first divergent step of TP4 decode
+
+plotly is imported inside the functions, so importing this module (or mla_debug) never needs it.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import TYPE_CHECKING
+
+from ._cells import COLOURSCALE, DIVERGED_COLOUR, flat_range, log10_grid, log_ticks, sci, step_hover
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from ..analysis import TriageResult
+
+# The column block of block_errors: one FP8 activation-quantization group (1x128) and one weight
+# block (128x128) wide, so a misread scale shows up as whole blocks.
+BLOCK = 128
+
+
+def _check_mode(result: TriageResult, mode: str) -> None:
+    if mode not in result.modes:
+        raise ValueError(f"mode {mode!r} was not triaged; this result has modes {', '.join(result.modes)}")
+
+
+def step_order(result: TriageResult, mode: str) -> list[str]:
+    """Step names of `mode` in layer order (the union over TP sizes, first run first)."""
+    names: dict[str, None] = {}
+    for c in result.configs:
+        if c.mode == mode:
+            names.update(dict.fromkeys(s.name for s in c.diff.steps))
+    return list(names)
+
+
+def error_heatmap(result: TriageResult, mode: str) -> go.Figure:
+    """plotly Figure of `result.error_matrix(mode)`: rows TP sizes, columns steps in layer order,
+    colour log10 of each step's relative L2 error against the reference at the same TP size.
+
+    Diverged cells (error above the step's threshold) are outlined and crossed in red; hovering a cell
+    shows the step's kernel, layouts, classification and layout-contract violations.
+    """
+    import plotly.graph_objects as go
+
+    _check_mode(result, mode)
+    steps = step_order(result, mode)
+    tps = [tp for tp in result.tp_sizes if any(c.tp == tp and c.mode == mode for c in result.configs)]
+    matrix = result.error_matrix(mode).reindex(index=tps, columns=steps)
+    # error_matrix writes NaN both for a step a run lacks and for a NaN error; only the first is a gap.
+    present = {(c.tp, s.name) for c in result.configs if c.mode == mode for s in c.diff.steps}
+    rows = [[float(matrix.at[tp, name]) if (tp, name) in present else None for name in steps] for tp in tps]
+    z, low, high = log10_grid(rows)
+
+    labels = [f"TP{tp}" for tp in tps]
+    hover: list[list[str]] = []
+    diverged_x: list[str] = []
+    diverged_y: list[str] = []
+    shapes = []
+    for i, tp in enumerate(tps):
+        diff = result.config(tp, mode).diff
+        row = []
+        for j, name in enumerate(steps):
+            try:
+                step = diff.step(name)
+            except KeyError:
+                row.append(f"TP{tp} {html.escape(mode)}: no step {html.escape(name)} in this run")
+                continue
+            row.append(step_hover(step, tp, mode))
+            if step.diverged:
+                diverged_x.append(name)
+                diverged_y.append(labels[i])
+                # Categorical axes place category k at coordinate k, so a cell spans k +- 0.5.
+                shapes.append(
+                    dict(
+                        type="rect",
+                        xref="x",
+                        yref="y",
+                        x0=j - 0.5,
+                        x1=j + 0.5,
+                        y0=i - 0.5,
+                        y1=i + 0.5,
+                        line=dict(color=DIVERGED_COLOUR, width=3),
+                    )
+                )
+        hover.append(row)
+
+    tickvals, ticktext = log_ticks(low, high)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=steps,
+            y=labels,
+            customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
+            colorscale=COLOURSCALE,
+            zmin=low,
+            zmax=high,
+            xgap=1,
+            ygap=1,
+            name="rel_err",
+            colorbar=dict(title=dict(text="rel_err"), tickvals=tickvals, ticktext=ticktext),
+        )
+    )
+    # A marker trace as well as the outlines: it survives a greyscale print, where a red outline on a
+    # dark cell would not. The subtitle explains it rather than a legend, which would compete with the
+    # title for the top band of a narrow figure.
+    fig.add_trace(
+        go.Scatter(
+            x=diverged_x,
+            y=diverged_y,
+            mode="markers",
+            name="diverged (rel_err > threshold)",
+            marker=dict(symbol="x-thin", size=14, line=dict(width=3, color=DIVERGED_COLOUR)),
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
+    n_div = sum(result.config(tp, mode).diff.diverged for tp in tps)
+    fig.update_layout(
+        title=dict(
+            text=(
+                f"{html.escape(result.model)} on {html.escape(result.platform)} under {html.escape(result.scenario)}, "
+                f"{html.escape(mode)}: {n_div} of {len(tps)} TP sizes diverged<br><sup>colour: log10 rel_err of each "
+                f"step vs the reference at the same TP size; red outline and cross: diverged (rel_err above the "
+                f"step's threshold)</sup>"
+            ),
+            x=0.0,
+            xref="paper",
+        ),
+        shapes=shapes,
+        xaxis=dict(title=dict(text="step (layer order)"), type="category", tickangle=-35),
+        yaxis=dict(title=dict(text="TP size"), type="category", autorange="reversed"),
+        height=220 + 45 * len(tps),
+        margin=dict(l=70, r=30, t=90, b=110),
+        plot_bgcolor="white",
+    )
+    return fig
+
+
+def default_step(result: TriageResult, tp: int, mode: str) -> str:
+    """The step block_heatmap shows by default: the first divergent one, else the worst one (the same
+    choice `TriageResult.block_errors` makes)."""
+    diff = result.config(tp, mode).diff
+    if diff.first_divergent_step:
+        return diff.first_divergent_step
+    if diff.worst is None:
+        raise ValueError(f"TP{tp} {mode}: the run has no comparable step")
+    return diff.worst.name
+
+
+def block_heatmap(result: TriageResult, tp: int, mode: str, step: str | None = None) -> go.Figure:
+    """plotly Figure of `result.block_errors(tp, mode, step)`: rows tokens, columns 128-column blocks
+    of the step's output (flattened per token), aligned to the FP8 quantization blocks; colour log10
+    relative L2 error of each block against the reference. `step` defaults to the first divergent
+    step (else the worst one), and the title names it.
+    """
+    import plotly.graph_objects as go
+
+    _check_mode(result, mode)
+    config = result.config(tp, mode)
+    name = step or default_step(result, tp, mode)
+    diff_step = config.diff.step(name)  # KeyError naming the available steps when `name` is wrong
+    errors = result.block_errors(tp, mode, name)
+    rows = errors.tolist()
+    z, low, high = log10_grid(rows)
+
+    output = config.diff.run.records[name].output
+    inner = tuple(output.shape[1:])
+    width = math.prod(inner)
+    tokens = list(range(errors.shape[0]))
+    blocks = list(range(errors.shape[1]))
+    where = [flat_range(b * BLOCK, min((b + 1) * BLOCK, width) - 1, inner) for b in blocks]
+    hover = [[f"token {t}, block {b}: {where[b]}<br>rel_err {sci(rows[t][b])}" for b in blocks] for t in tokens]
+
+    why = (
+        "first divergent step"
+        if name == config.diff.first_divergent_step
+        else ("worst step" if step is None else "chosen step")
+    )
+    tickvals, ticktext = log_ticks(low, high)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=blocks,
+            y=tokens,
+            customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
+            colorscale=COLOURSCALE,
+            zmin=low,
+            zmax=high,
+            name="block rel_err",
+            colorbar=dict(title=dict(text="rel_err"), tickvals=tickvals, ticktext=ticktext),
+        )
+    )
+    fig.update_layout(
+        title=dict(
+            text=(
+                f"TP{tp} {html.escape(mode)}, step <b>{html.escape(name)}</b> ({why}, output {tuple(output.shape)}): "
+                f"rel_err per token and {BLOCK}-column block<br><sup>whole-step rel_err {sci(diff_step.rel_err)}, "
+                f"threshold {sci(diff_step.threshold)}; {html.escape(diff_step.classification)}</sup>"
+            ),
+            x=0.0,
+            xref="paper",
+        ),
+        xaxis=dict(title=dict(text=f"{BLOCK}-column block of the flattened per-token output")),
+        yaxis=dict(title=dict(text="token"), autorange="reversed"),
+        height=260 + min(18 * len(tokens), 600),
+        margin=dict(l=70, r=30, t=100, b=60),
+    )
+    return fig

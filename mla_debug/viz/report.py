@@ -1,0 +1,207 @@
+"""One self-contained HTML report of a TP triage (`TriageResult.to_html(path)`).
+
+The file embeds plotly.js once (inline, with the first figure) and links nothing, so it opens from a
+mail attachment or an air-gapped machine. It is written atomically and never replaces an existing
+file: a taken name gets a numbered sibling (`report-2.html`), and the path actually written is returned.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._cells import sci, violation_lines
+from .heatmaps import block_heatmap, error_heatmap
+from .tables import steps_styler, summary_styler
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from ..analysis import TriageResult
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1.5em auto;
+       max-width: 1400px; padding: 0 1em; color: #222; line-height: 1.4; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; margin-top: 1.6em; }
+.meta { color: #555; margin-top: 0; } .verdict { font-size: 1.1em; }
+.bad { color: #9b1c1c; font-weight: bold; } .good { color: #1b6e2b; font-weight: bold; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+td, th { border-bottom: 1px solid #e4e4e4; }
+code { background: #f3f3f3; padding: 0 0.25em; border-radius: 3px; }
+details { margin: 0.6em 0 1.2em; } summary { cursor: pointer; font-weight: bold; }
+.culprit { margin-bottom: 0.6em; } .step dt { font-weight: bold; float: left; width: 11em; clear: left; }
+.step dd { margin-left: 11.5em; margin-bottom: 0.2em; }
+.legend dt { font-weight: bold; margin-top: 0.5em; }
+"""
+
+
+class _Figures:
+    """Turns figures into HTML fragments, embedding plotly.js with the first one only."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, fig: go.Figure) -> str:
+        height = int(fig.layout.height or 450)
+        fragment = fig.to_html(
+            full_html=False,
+            include_plotlyjs=self.count == 0,  # inline bundle once; later figures reuse window.Plotly
+            include_mathjax=False,
+            config={"displaylogo": False, "responsive": True},
+            default_width="100%",
+            default_height=f"{height}px",
+        )
+        self.count += 1
+        return fragment
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _config_label(tp: int, mode: str) -> str:
+    return f"TP{tp} {mode}"
+
+
+def _verdict(result: TriageResult) -> str:
+    diverged = [c for c in result.configs if c.verdict == "diverged"]
+    if not diverged:
+        return (
+            f'<p class="verdict"><span class="good">No configuration diverged</span>: every step of all '
+            f"{len(result.configs)} runs stays within its threshold of the reference.</p>"
+        )
+    where = ", ".join(
+        f"{_e(_config_label(c.tp, c.mode))} (first at <code>{_e(c.diff.first_divergent_step)}</code>)" for c in diverged
+    )
+    return (
+        f'<p class="verdict"><span class="bad">{len(diverged)} of {len(result.configs)} configurations '
+        f"diverged</span>: {where}.</p>"
+    )
+
+
+def _culprits(result: TriageResult) -> str:
+    parts = ["<h2>Culprits</h2>"]
+    if not result.culprits and not result.unresolved:
+        parts.append("<p>Nothing to bisect: no configuration diverged.</p>")
+    for k in result.culprits:
+        parts.append(
+            f'<div class="culprit"><b>{_e(_config_label(k.tp, k.mode))}</b>, first divergent step '
+            f"<code>{_e(k.step)}</code>, layer <code>{_e(k.layer)}</code>:<br>{_e(k.explanation)}"
+            f"<br><small>the change that restores it: {_e(k.change)}</small></div>"
+        )
+    if result.unresolved:
+        labels = ", ".join(_e(_config_label(tp, mode)) for tp, mode in result.unresolved)
+        parts.append(f"<p>No single change or pair of changes restored: {labels}.</p>")
+    return "\n".join(parts)
+
+
+def _first_step(result: TriageResult, tp: int, mode: str) -> str:
+    """The first divergent step of one configuration, opened: kernel, layouts, classification,
+    violations - what the step table says about it, as a definition list."""
+    step = result.config(tp, mode).diff.first_divergent
+    if step is None:
+        return ""
+    items = [
+        ("step", f"<code>{_e(step.name)}</code>"),
+        ("rel_err", f"{sci(step.rel_err)} (floor {sci(step.floor)}, threshold {sci(step.threshold)})"),
+        ("kernel", f"{_e(step.kernel or '-')} (reference: {_e(step.reference_kernel or '-')})"),
+        ("scale layout", _e(step.scale_layout or "-")),
+        ("weight layout", _e(step.weight_layout or "-")),
+        ("classification", _e(step.classification)),
+    ]
+    lines = violation_lines(step.violations)
+    items.append(("violations", "<br>".join(_e(line) for line in lines) if lines else "none"))
+    body = "".join(f"<dt>{label}</dt><dd>{value}</dd>" for label, value in items)
+    return f'<dl class="step">{body}</dl>'
+
+
+def _legend() -> str:
+    from ..analysis import DIVERGENCE_FACTOR, MIN_THRESHOLD
+
+    return f"""
+<h2>How to read this report</h2>
+<dl class="legend">
+<dt>rel_err</dt>
+<dd>Relative L2 error, ||run - reference|| / ||reference||, of one step's output against the same step of
+the <code>reference</code> scenario (torch-reference kernel everywhere, correct layouts) at the same TP
+size, on the same FP8 weights and inputs. Both runs are gathered into TP-independent shapes first, so
+every TP size is compared step by step. Colours are log10 of it; an exact match (0) is drawn at the
+bottom of the colour bar, a non-finite error at its top.</dd>
+<dt>floor</dt>
+<dd>The rel_err of that reference run against the fp32 truth (the same weights dequantized, activations
+unquantized, fp32 arithmetic, TP1): what FP8 quantization alone costs at that step.</dd>
+<dt>threshold</dt>
+<dd>max({DIVERGENCE_FACTOR:g} x floor, {MIN_THRESHOLD:g}). Two correct FP8 runs differ by about
+sqrt(2) x floor (independent roundings); a misread scale or weight by far more. A step above its
+threshold has <b>diverged</b> (outlined and crossed in red). Errors propagate downstream, so the first
+diverged step in layer order is where to look; later ones usually inherit its error.</dd>
+<dt>violations</dt>
+<dd>Layout contracts a step broke: a reader took bytes in another order than they were written.
+<i>effective</i> when the values read are wrong, <i>harmless</i> when the bytes happen to coincide for
+these shapes (M=1, or a shuffle period completed).</dd>
+<dt>block heatmap</dt>
+<dd>rel_err per token and per 128-column block of the step output (flattened per token), aligned to the
+FP8 quantization blocks: a misread activation scale lights up whole rows of blocks for some tokens, a
+misread weight whole columns of blocks for every token.</dd>
+<dt>culprit</dt>
+<dd>The smallest set of single changes to the scenario (run one layer through torch-reference, honour
+the direct-read flags, switch on one model-side fix) found by bisection that brings every step of that
+configuration back within its threshold.</dd>
+</dl>
+"""
+
+
+def render_html(result: TriageResult) -> str:
+    """The report as one HTML string (what `write_html` writes)."""
+    from .. import __version__
+
+    figure = _Figures()
+    title = f"TP triage: {result.model} on {result.platform} under {result.scenario}"
+    meta = (
+        f"{result.tokens} tokens, seed {result.seed}; TP sizes {', '.join(map(str, result.tp_sizes))}; "
+        f"modes {', '.join(result.modes)}; triage took {result.elapsed_s:.1f} s; mla_debug {__version__}"
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="meta">{_e(meta)}</p>',
+        _verdict(result),
+        "<h2>Summary</h2>",
+        summary_styler(result).to_html(),
+        _culprits(result),
+        "<h2>Where each run leaves the reference: TP size x step</h2>",
+    ]
+    for mode in result.modes:
+        parts += [f"<h3>{_e(mode)}</h3>", figure(error_heatmap(result, mode))]
+
+    diverged = [c for c in result.configs if c.verdict == "diverged"]
+    if diverged:
+        parts.append("<h2>Diverged configurations</h2>")
+    for c in diverged:
+        label = _config_label(c.tp, c.mode)
+        parts += [
+            f"<h3>{_e(label)}: first divergent step <code>{_e(c.diff.first_divergent_step)}</code></h3>",
+            _first_step(result, c.tp, c.mode),
+            figure(block_heatmap(result, c.tp, c.mode)),
+            f"<details><summary>All {len(c.diff.steps)} steps of {_e(label)}</summary>",
+            steps_styler(result, c.tp, c.mode).to_html(),
+            "</details>",
+        ]
+    parts += [_legend(), "</body></html>", ""]
+    return "\n".join(parts)
+
+
+def write_html(result: TriageResult, path: str | os.PathLike) -> Path:
+    """Write the self-contained HTML report of `result` and return the path written.
+
+    Never overwrites: if `path` exists the report goes to `stem-2.html` (then -3, ...) beside it.
+
+        out = write_html(md.analysis.triage(scenario="vllm-pr51692"), "triage.html")
+    """
+    from ..analysis.report_json import write_atomically
+
+    return write_atomically(path, render_html(result))

@@ -1,0 +1,67 @@
+"""The HTML triage report: self-contained, complete, escaped, and never overwriting."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+
+from viz_triage_cases import BUGGY, FIXED, PLOTLY_BANNER, result, without_plotly_bundle
+
+from mla_debug.analysis import DIVERGENCE_FACTOR
+from mla_debug.viz import render_html, write_html
+
+
+def test_report_holds_culprits_steps_and_one_inline_plotly(tmp_path):
+    r = result(BUGGY)
+    assert r.culprits, "tiny-kv512 under vllm-pr51692 should diverge in decode and find a culprit"
+    path = write_html(r, tmp_path / "triage.html")
+    assert path == tmp_path / "triage.html"
+    text = path.read_text(encoding="utf-8")
+
+    for culprit in r.culprits:
+        assert html.escape(culprit.explanation) in text
+    for config in r.configs:
+        for step in config.diff.steps:
+            assert step.name in text, step.name
+    assert len(PLOTLY_BANNER.findall(text)) == 1
+    # one figure per mode (TP x step) and one block heatmap per diverged configuration
+    diverged = [c for c in r.configs if c.verdict == "diverged"]
+    assert text.count("Plotly.newPlot(") == len(r.modes) + len(diverged)
+    assert f"{DIVERGENCE_FACTOR:g} x floor" in text
+    for c in diverged:
+        assert f"All {len(c.diff.steps)} steps of TP{c.tp} {c.mode}" in text
+
+
+def test_report_needs_no_network(tmp_path):
+    text = write_html(result(BUGGY), tmp_path / "offline.html").read_text(encoding="utf-8")
+    assert not re.search(r"<script[^>]*\bsrc\s*=", text, flags=re.I)
+    assert not re.search(r"<link[^>]*\bhref\s*=", text, flags=re.I)
+    assert "https://cdn" not in without_plotly_bundle(text)
+
+
+def test_second_write_goes_to_a_new_file(tmp_path):
+    r = result(BUGGY)
+    first = write_html(r, tmp_path / "report.html")
+    before = first.read_bytes()
+    second = r.to_html(tmp_path / "report.html")  # TriageResult.to_html delegates to write_html
+    assert second == tmp_path / "report-2.html"
+    assert first.read_bytes() == before
+    assert second.stat().st_size > 0
+    assert not list(tmp_path.glob(".*.tmp")), "temporary files must be renamed away"
+
+
+def test_text_from_the_result_is_escaped():
+    r = dataclasses.replace(result(BUGGY), scenario="<img src=x onerror=alert(1)>")
+    text = render_html(r)
+    assert "<img src=x" not in text
+    assert html.escape("<img src=x onerror=alert(1)>") in text
+
+
+def test_clean_sweep_says_so(tmp_path):
+    r = result(FIXED)
+    assert not any(c.verdict == "diverged" for c in r.configs)
+    text = write_html(r, tmp_path / "fixed.html").read_text(encoding="utf-8")
+    assert "No configuration diverged" in text
+    assert text.count("Plotly.newPlot(") == len(r.modes)
+    assert len(PLOTLY_BANNER.findall(text)) == 1

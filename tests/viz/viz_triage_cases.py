@@ -1,0 +1,37 @@
+"""Triage results shared by the viz tests, each computed once per session (about a second each).
+
+tiny with kv_lora_rank 512 gets the preshuffled aiter GEMM for kv_b_proj on MI355X at every TP size, so
+under vllm-pr51692 its absorbed decode reads a relaid weight and diverges, while prefill stays correct;
+vllm-pr56433 (the fix) keeps every configuration clean.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import mla_debug as md
+from mla_debug.analysis import TriageResult, Workbench, triage
+
+BUGGY, FIXED = "vllm-pr51692", "vllm-pr56433"
+TP_SIZES = (1, 2)
+
+# plotly.js starts with this banner comment; it appears once per embedded bundle.
+PLOTLY_BANNER = re.compile(r"\* plotly\.js v\d+\.\d+\.\d+")
+
+
+@cache
+def bench() -> Workbench:
+    cfg = md.MLAConfig.preset("tiny").with_(name="tiny-kv512", kv_lora_rank=512)
+    return Workbench(cfg, "mi355x", tokens=8)
+
+
+@cache
+def result(scenario: str = BUGGY) -> TriageResult:
+    return triage(scenario=scenario, bench=bench(), tp_sizes=TP_SIZES, progress=False)
+
+
+def without_plotly_bundle(text: str) -> str:
+    """`text` with the inline plotly.js bundle cut out. The bundle itself holds default URLs as string
+    constants (topojsonURL, map icons) that a heatmap never fetches; everything else must be offline."""
+    return re.sub(r"<script[^>]*>\s*/\*\*\s*\* plotly\.js v.*?</script>", "<script>BUNDLE</script>", text, flags=re.S)
