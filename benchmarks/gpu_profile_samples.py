@@ -53,8 +53,16 @@ def main() -> None:
         positions = torch.arange(args.tokens)
         layer.run(hidden, positions, "prefill")  # warm-up: weight decode, cuBLAS handles, allocator
         torch.cuda.synchronize()
-        meta = dict(model=model, platform="h200", scenario=scen.name, tp=1, mode="prefill", tokens=args.tokens,
-                    device=torch.cuda.get_device_name(), case=case)
+        meta = dict(
+            model=model,
+            platform="h200",
+            scenario=scen.name,
+            tp=1,
+            mode="prefill",
+            tokens=args.tokens,
+            device=torch.cuda.get_device_name(),
+            case=case,
+        )
         run, session = md.profile(layer.run, hidden, positions, "prefill", out_dir=args.out, run_id=case, metadata=meta)
         torch.cuda.synchronize()
         trace = session.trace()

@@ -58,6 +58,7 @@ from .numerics import (
     quant_flavor,
 )
 from .parallel import LayerRun, MLALayer, run_layer  # noqa: E402
+from .profiling import Trace, compare_traces, load_trace, profile  # noqa: E402
 from .scenarios import SCENARIOS, Scenario, scenario, scenario_names  # noqa: E402
 
 __version__ = "0.1.0"
@@ -71,6 +72,7 @@ __all__ = [
     "Workbench",
     "bisect",
     "compare",
+    "compare_traces",
     "triage",
     "Checkpoint",
     "ContractViolation",
@@ -89,6 +91,7 @@ __all__ = [
     "QuantizedWeight",
     "SCENARIOS",
     "Scenario",
+    "Trace",
     "ScaleLayout",
     "TunedTable",
     "ViolationKind",
@@ -106,9 +109,11 @@ __all__ = [
     "identify_scale_layout",
     "identify_weight_layout",
     "kernel_names",
+    "load_trace",
     "platform",
     "platform_names",
     "present_scale",
+    "profile",
     "quant_flavor",
     "quantize_blocks",
     "quantize_groups",

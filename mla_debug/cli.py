@@ -8,6 +8,9 @@ Subcommands:
   kernels      the registered kernels, their capability flags and whether they run here
   select    which kernel a serving engine picks for a layer shape on a platform, and why
   checkpoint  `checkpoint make`: write a seeded synthetic one-layer checkpoint (Hugging Face folder)
+  profile      profile one layer run: per-step time, ops and kernels, and the trace folder
+  traces       `traces compare A B`: per-step and per-kernel time of two traces, kernels added or removed
+  tensorboard  browse trace folders in TensorBoard on 127.0.0.1 (needs the `profile` extra)
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import cli_layouts, cli_triage
+from . import cli_layouts, cli_profile, cli_triage
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -139,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_layouts.add_parser(sub)
     cli_triage.add_parser(sub)
+    cli_profile.add_parser(sub)
     return parser
 
 

@@ -79,8 +79,24 @@ def test_demo_triages_and_writes_reports_to_a_fresh_folder(tmp_path, capsys):
 def test_triage_command_writes_json_and_html(tmp_path, capsys):
     report, js = tmp_path / "r.html", tmp_path / "r.json"
     report.write_text("a user's earlier report")
-    args = ["triage", "--model", "mini", "--scenario", "vllm-pr51692", "--tp", "2", "4", "--tokens", "8",
-            "--modes", "decode", "--report", str(report), "--json", str(js)]
+    args = [
+        "triage",
+        "--model",
+        "mini",
+        "--scenario",
+        "vllm-pr51692",
+        "--tp",
+        "2",
+        "4",
+        "--tokens",
+        "8",
+        "--modes",
+        "decode",
+        "--report",
+        str(report),
+        "--json",
+        str(js),
+    ]
     assert main(args) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "diverged" in out and "culprit kv_b_proj at TP4" in out
@@ -89,7 +105,10 @@ def test_triage_command_writes_json_and_html(tmp_path, capsys):
     import json
 
     data = json.loads(js.read_text())
-    assert [(r["tp"], r["mode"], r["verdict"]) for r in data["runs"]] == [(2, "decode", "ok"), (4, "decode", "diverged")]
+    assert [(r["tp"], r["mode"], r["verdict"]) for r in data["runs"]] == [
+        (2, "decode", "ok"),
+        (4, "decode", "diverged"),
+    ]
 
 
 def test_triage_command_bad_input(capsys):

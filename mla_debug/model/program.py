@@ -16,6 +16,55 @@ import torch
 
 from .records import PARTIAL, REPLICATED, StepRecord
 
+# Profiler range names are "mla.<step>[<kernel>]": the trace analysis (mla_debug.profiling) parses them
+# back into a step and a kernel, so a trace alone says which GEMM kernel each step ran.
+STEP_RANGE_PREFIX = "mla."
+
+# The linear a step runs (its GEMM kernel names the range); V3 and V4 step names never collide here.
+STEP_LINEARS = {
+    "fused_qkv_a": "fused_qkv_a_proj",
+    "q_b_proj": "q_b_proj",
+    "kv_b_proj": "kv_b_proj",
+    "o_proj": "o_proj",
+    "fused_wqa_wkv": "fused_wqa_wkv",
+    "wq_b": "wq_b",
+    "indexer_q": "indexer.wq_b",
+    "wo_b": "wo_b",
+}
+
+# Steps without a GEMM kernel get a short op label.
+STEP_OPS = {
+    "q_a_layernorm": "rmsnorm",
+    "kv_a_layernorm": "rmsnorm",
+    "q_norm": "rmsnorm",
+    "kv_norm": "rmsnorm",
+    "q_head_norm": "rmsnorm",
+    "rope": "rope",
+    "inverse_rope": "rope",
+    "attention": "attention",
+    "absorb_uk": "bmm",
+    "absorb_uv": "bmm",
+    "wo_a": "bmm",
+    "all_reduce": "all_reduce",
+}
+
+
+def step_label(layer: RankLayer, step_name: str) -> str:
+    """The profiler range name of one step: ``mla.<step>[<kernel>]``.
+
+    The kernel is the GEMM kernel of the step's linear on this rank (the one the model calls directly
+    when it bypasses the selected kernel), else a short op label ("rmsnorm", "rope", "bmm", ...).
+
+    >>> step_label(layer.ranks[0], "q_b_proj")   # 'mla.q_b_proj[aiter-bpreshuffle]'
+    """
+    linear = layer.linears.get(STEP_LINEARS.get(step_name, ""))
+    if linear is not None:
+        direct = getattr(linear, "direct_kernel", None)
+        kernel = direct.name if direct is not None else getattr(linear, "kernel_name", "linear")
+    else:
+        kernel = STEP_OPS.get(step_name, "op")
+    return f"{STEP_RANGE_PREFIX}{step_name}[{kernel}]"
+
 
 @dataclass
 class Step:

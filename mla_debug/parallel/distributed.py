@@ -8,6 +8,7 @@ rank's error; a run that outlives `timeout` is killed; no process is left behind
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import queue as queue_module
@@ -20,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ..model.program import step_label
 from .gather import sum_in_rank_order
 
 
@@ -43,27 +45,29 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
         )
         from .build import LayerBuilder
 
-        builder = LayerBuilder(
-            payload["cfg"],
-            payload["ckpt"].to(device),
-            world,
-            payload["platform"],
-            payload["scenario"],
-            payload["dtype"],
-        )
-        layer = builder.rank_layer(rank)
-        if payload.get("fail_rank") == rank:  # fault injection, used to test the error path
-            raise RuntimeError(f"injected failure on rank {rank}")
-        state = layer.begin(payload["hidden"].to(device), payload["positions"].to(device))
-        records = []
-        for step in layer.steps(payload["mode"]):
-            if step.collective:
-                partial = state["partial"].to(torch.float32).contiguous()
-                parts = [torch.empty_like(partial) for _ in range(world)]
-                dist.all_gather(parts, partial)
-                records.append(layer.finish_all_reduce(state, sum_in_rank_order(parts)))
-            else:
-                records.append(step.run(state))
+        with _rank_profiler(payload.get("profile_dir"), rank, use_cuda):
+            builder = LayerBuilder(
+                payload["cfg"],
+                payload["ckpt"].to(device),
+                world,
+                payload["platform"],
+                payload["scenario"],
+                payload["dtype"],
+            )
+            layer = builder.rank_layer(rank)
+            if payload.get("fail_rank") == rank:  # fault injection, used to test the error path
+                raise RuntimeError(f"injected failure on rank {rank}")
+            state = layer.begin(payload["hidden"].to(device), payload["positions"].to(device))
+            records = []
+            for step in layer.steps(payload["mode"]):
+                with torch.profiler.record_function(step_label(layer, step.name)):
+                    if step.collective:
+                        partial = state["partial"].to(torch.float32).contiguous()
+                        parts = [torch.empty_like(partial) for _ in range(world)]
+                        dist.all_gather(parts, partial)
+                        records.append(layer.finish_all_reduce(state, sum_in_rank_order(parts)))
+                    else:
+                        records.append(step.run(state))
         records = [_to_cpu(record) for record in records]
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(records, gathered, dst=0)
@@ -78,6 +82,21 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
         dist.destroy_process_group()
     except BaseException:  # report every failure, including KeyboardInterrupt in a child
         results.put(("error", rank, traceback.format_exc()))
+
+
+def _rank_profiler(folder: str | None, rank: int, use_cuda: bool):
+    """A profiler that writes this rank's trace into `folder` on exit, or a no-op without a folder.
+
+    Each rank profiles itself (the parent only waits), so a distributed run gives one trace per rank:
+    ``rank<r>.<ns>.pt.trace.json.gz``, the layout tensorboard's profiler plugin lists as one run.
+    """
+    if not folder:
+        return contextlib.nullcontext()
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
+    handler = tensorboard_trace_handler(folder, worker_name=f"rank{rank}", use_gzip=True)
+    return profile(activities=activities, record_shapes=True, on_trace_ready=handler)
 
 
 def _to_cpu(record):

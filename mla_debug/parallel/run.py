@@ -141,12 +141,15 @@ def run_layer(
     dtype: torch.dtype = torch.bfloat16,
     timeout: float = 300.0,
     device: str = "cpu",
+    profile_dir: str | None = None,
 ) -> LayerRun:
     """Run one layer forward at `tp_size` and collect every step (gathered to TP-independent shapes).
 
     executor="simulated" runs all ranks in this process; "distributed" runs one process per rank with
     torch.distributed and gives a bitwise identical LayerRun. device="cuda" runs on the GPU: all
     in-process ranks share one, and the distributed executor gives each rank its own (nccl).
+    profile_dir (distributed executor only; `md.profile` sets it) makes every rank profile itself and
+    write ``rank<r>.<ns>.pt.trace.json.gz`` into that folder.
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device {device!r} is not 'cpu' or 'cuda'")
@@ -155,6 +158,8 @@ def run_layer(
     if executor not in EXECUTORS:
         raise ValueError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
     if executor == "simulated":
+        if profile_dir is not None:
+            raise ValueError("profile_dir is for executor='distributed'; profile an in-process run with md.profile")
         return MLALayer(cfg, ckpt, tp_size, platform, scenario, dtype, device=device).run(hidden, positions, mode)
     if device == "cuda" and torch.cuda.device_count() < tp_size:
         raise ValueError(
@@ -173,6 +178,7 @@ def run_layer(
         scenario=scen,
         dtype=dtype,
         device=device,
+        profile_dir=None if profile_dir is None else str(profile_dir),
     )
     report = run_ranks_distributed(payload, tp_size, timeout=timeout)
     per_rank_lists = report["records"]

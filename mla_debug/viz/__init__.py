@@ -1,6 +1,7 @@
-"""Plots, styled tables and the HTML report of a TP triage.
+"""Plots, styled tables and the HTML report of a TP triage; timelines and tables of kernel traces.
 
     from mla_debug.viz import error_heatmap, block_heatmap, summary_styler, steps_styler, write_html
+    from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler
 
 plotly and pandas are imported inside the functions, so importing this package needs neither.
 """
@@ -10,5 +11,19 @@ from __future__ import annotations
 from .heatmaps import block_heatmap, error_heatmap
 from .report import render_html, write_html
 from .tables import steps_styler, summary_styler
+from .timeline import short_name, step_bars, timeline
+from .trace_tables import kernel_table_styler, trace_diff_styler
 
-__all__ = ["block_heatmap", "error_heatmap", "render_html", "steps_styler", "summary_styler", "write_html"]
+__all__ = [
+    "block_heatmap",
+    "error_heatmap",
+    "kernel_table_styler",
+    "render_html",
+    "short_name",
+    "step_bars",
+    "steps_styler",
+    "summary_styler",
+    "timeline",
+    "trace_diff_styler",
+    "write_html",
+]

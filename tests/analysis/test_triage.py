@@ -138,7 +138,8 @@ def test_bad_input():
 def test_triage_reads_a_users_checkpoint_folder(tmp_path):
     cfg = md.MLAConfig.preset("tiny").with_(name="tiny-kv512", kv_lora_rank=512)
     folder = md.Checkpoint.synthetic(cfg, seed=7).save(tmp_path / "ckpt")
-    result = A.triage(scenario="vllm-pr51692", tp_sizes=(2,), modes=("decode",), tokens=4, checkpoint=folder,
-                      progress=False)
+    result = A.triage(
+        scenario="vllm-pr51692", tp_sizes=(2,), modes=("decode",), tokens=4, checkpoint=folder, progress=False
+    )
     assert result.model == "ckpt" and result.config(2, "decode").verdict == "diverged"
     assert result.culprits[0].layer == "kv_b_proj"

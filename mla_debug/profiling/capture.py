@@ -1,0 +1,322 @@
+"""`md.profile`: record a torch.profiler trace of a layer run (or any code) into a fresh run folder.
+
+    with md.profile(out_dir="profiles", metadata={"note": "before the fix"}) as session:
+        layer.run(hidden, positions)
+    result, session = md.profile(md.run_layer, cfg, ckpt, hidden, positions, tp_size=4)
+
+A run folder ``<out_dir>/<run_id>/`` holds ``<worker>.<ns>.pt.trace.json[.gz]`` (the layout of
+torch.profiler.tensorboard_trace_handler, so ``tensorboard --logdir <out_dir>`` with torch-tb-profiler
+lists the run; Perfetto UI and chrome://tracing open the files) and ``mla_debug_meta.json``. A run
+folder is never reused: the default run id is ``<timestamp>-<short uuid>``, and an explicit run id
+that already exists raises FileExistsError. For ``run_layer(executor="distributed")`` every rank
+profiles itself and writes ``rank<r>.<ns>.pt.trace.json.gz`` into the run folder.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gzip as _gzip
+import inspect
+import json
+import os
+import platform as _platform
+import shutil
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..analysis.report_json import write_atomically
+from .chrome import is_trace_file
+
+META_NAME = "mla_debug_meta.json"
+META_KEYS = ("model", "platform", "scenario", "tp", "mode", "tokens", "executor")
+
+
+def _new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine() or "cpu"
+
+
+def _name_of(value: Any) -> Any:
+    """A config/platform/scenario object's name; strings and numbers as they are."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_name_of(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    name = getattr(value, "name", None)
+    return name if isinstance(name, str) else str(value)
+
+
+def describe_call(fn: Callable, args: tuple, kwargs: dict) -> dict:
+    """Model, platform, scenario, TP, mode, tokens and executor of a call, from its arguments.
+
+    Works by parameter name, so it covers run_layer (cfg, tp_size, mode, hidden, ...), triage (model,
+    tp_sizes, modes, tokens, bench) and MLALayer methods (from the layer itself); unknown keys stay None.
+    """
+    found: dict[str, Any] = dict.fromkeys(META_KEYS)
+    found["function"] = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and hasattr(owner, "cfg"):  # a bound method of an MLALayer (run, steps)
+        found.update(
+            model=_name_of(owner.cfg),
+            platform=_name_of(getattr(owner, "platform", None)),
+            scenario=_name_of(getattr(owner, "scenario", None)),
+            tp=getattr(owner, "tp_size", None),
+            executor="simulated",
+        )
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return found  # the call itself will report its bad arguments
+    bound.apply_defaults()
+    values = bound.arguments
+    bench = values.get("bench")
+    for key, names in {
+        "model": ("cfg", "model"),
+        "platform": ("platform",),
+        "scenario": ("scenario",),
+        "tp": ("tp_size", "tp_sizes", "tp"),
+        "mode": ("mode", "modes"),
+        "executor": ("executor",),
+        "tokens": ("tokens",),
+    }.items():
+        for name in names:
+            if name in values and values[name] is not None:
+                found[key] = _name_of(values[name])
+                break
+    hidden = values.get("hidden")
+    if isinstance(hidden, torch.Tensor) and hidden.dim() >= 1:
+        found["tokens"] = int(hidden.shape[0])
+    if bench is not None:  # triage with a Workbench: its config and inputs decide
+        found["model"] = _name_of(getattr(bench, "cfg", found["model"]))
+        found["tokens"] = getattr(bench, "tokens", found["tokens"])
+        found["platform"] = _name_of(getattr(bench, "platform", found["platform"]))
+    elif found["function"] == "triage" and found["tokens"] is None:
+        found["tokens"] = 16  # triage's own default without a Workbench
+    return found
+
+
+def _is_distributed_run_layer(fn: Callable, call: dict) -> bool:
+    from ..parallel.run import run_layer
+
+    return fn is run_layer and call.get("executor") == "distributed"
+
+
+class ProfileSession:
+    """One profiled run: its folder, trace files and metadata. A context manager, used once.
+
+    >>> with md.profile(metadata={"note": "baseline"}) as session:
+    ...     md.run_layer(cfg, ckpt, hidden, positions, tp_size=2)
+    >>> session.folder, session.trace_paths, session.trace().per_step()
+
+    `metadata` may be edited inside the ``with`` block; it is written to ``mla_debug_meta.json`` on exit.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike = "profiles",
+        run_id: str | None = None,
+        metadata: dict | None = None,
+        gzip: bool = True,
+        record_shapes: bool = True,
+        with_cuda: bool | str = "auto",
+        profile_here: bool = True,
+    ) -> None:
+        if with_cuda not in ("auto", True, False):
+            raise ValueError(f"with_cuda={with_cuda!r} must be 'auto', True or False")
+        if with_cuda is True and not torch.cuda.is_available():
+            raise ValueError("with_cuda=True, but torch sees no CUDA/ROCm GPU; use 'auto' or False")
+        if run_id is not None:
+            run_id = str(run_id)
+            if not run_id or run_id in (".", "..") or os.sep in run_id or (os.altsep and os.altsep in run_id):
+                raise ValueError(f"run_id {run_id!r} must be a plain folder name (no path separators)")
+        self.out_dir = Path(out_dir)
+        self._explicit_id = run_id is not None
+        self.run_id = run_id or _new_run_id()
+        self.folder = self.out_dir / self.run_id
+        if self._explicit_id and self.folder.exists():
+            raise FileExistsError(
+                f"run folder {self.folder} already exists; pick another run_id (runs are never reused)"
+            )
+        self.metadata: dict = dict(metadata or {})
+        self.gzip = gzip
+        self.record_shapes = record_shapes
+        self.with_cuda = torch.cuda.is_available() if with_cuda == "auto" else bool(with_cuda)
+        self.profile_here = profile_here
+        self.trace_paths: list[Path] = []
+        self.meta_path: Path | None = None
+        self._profiler: torch.profiler.profile | None = None
+        self._state = "new"
+        self._started = 0.0
+        self._described: dict = {}
+
+    def __repr__(self) -> str:
+        return f"ProfileSession({self.folder}, {len(self.trace_paths)} trace file(s), {self._state})"
+
+    # -- the context manager -------------------------------------------------------------------------
+    def __enter__(self) -> ProfileSession:
+        if self._state != "new":
+            raise RuntimeError(f"this profile session ({self.folder}) was already used; start a new md.profile()")
+        self._reserve_folder()
+        self._state = "running"
+        self._started = time.perf_counter()
+        if self.profile_here:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.with_cuda:
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._profiler = torch.profiler.profile(
+                activities=activities, record_shapes=self.record_shapes, on_trace_ready=self._write_trace
+            )
+            self._profiler.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if self._profiler is not None:
+                self._profiler.__exit__(exc_type, exc, tb)  # stops, then calls _write_trace
+        finally:
+            self._state = "done"
+            if not self.gzip:
+                self._gunzip_rank_traces()
+            self.trace_paths = sorted(p for p in self.folder.iterdir() if is_trace_file(p) and p.name != META_NAME)
+            self._write_meta(exc)
+            if exc is not None and hasattr(exc, "add_note"):
+                exc.add_note(f"mla_debug.profile: the trace so far is in {self.folder}")
+        return False
+
+    def _reserve_folder(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):
+            try:
+                self.folder.mkdir()  # exist_ok=False: taking the name is the atomic check
+                return
+            except FileExistsError:
+                if self._explicit_id:
+                    raise FileExistsError(
+                        f"run folder {self.folder} already exists; pick another run_id (runs are never reused)"
+                    ) from None
+                self.run_id = _new_run_id()
+                self.folder = self.out_dir / self.run_id
+        raise FileExistsError(f"no free run folder name under {self.out_dir}")
+
+    def _write_trace(self, prof: torch.profiler.profile) -> None:
+        """on_trace_ready: the Chrome trace, named as tensorboard_trace_handler names it, written atomically."""
+        worker = f"{socket.gethostname()}_{os.getpid()}"
+        name = f"{worker}.{time.time_ns()}.pt.trace.json" + (".gz" if self.gzip else "")
+        target = self.folder / name
+        plain = self.folder / f".{name}.{os.getpid()}.tmp.json"
+        prof.export_chrome_trace(str(plain))
+        try:
+            if self.gzip:
+                packed = self.folder / f".{name}.{os.getpid()}.tmp.gz"
+                # Level 6: within a few percent of level 9's size, several times faster on big traces.
+                with open(plain, "rb") as src, _gzip.open(packed, "wb", compresslevel=6) as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                os.replace(packed, target)
+            else:
+                os.replace(plain, target)
+        finally:
+            plain.unlink(missing_ok=True)
+
+    def _gunzip_rank_traces(self) -> None:
+        """Distributed ranks always write gzip; honour gzip=False by unpacking them (atomically)."""
+        for packed in self.folder.glob("*.pt.trace.json.gz"):
+            target = packed.with_name(packed.name[: -len(".gz")])
+            tmp = packed.with_name(f".{target.name}.tmp")
+            try:
+                with _gzip.open(packed, "rb") as src, open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            except (OSError, EOFError):
+                tmp.unlink(missing_ok=True)
+                continue  # a rank that died mid-write: leave its file for load_trace to report
+            os.replace(tmp, target)
+            packed.unlink()
+
+    def _write_meta(self, exc: BaseException | None) -> None:
+        described = {key: None for key in (*META_KEYS, "function")} | self._described
+        meta = {
+            **described,
+            "run_id": self.run_id,
+            "timestamp": _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds"),
+            "elapsed_s": round(time.perf_counter() - self._started, 3),
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else _cpu_name(),
+            "cuda_activity": bool(self.with_cuda and self.profile_here),
+            "hostname": socket.gethostname(),
+            "trace_files": [p.name for p in self.trace_paths],
+            "error": None if exc is None else f"{type(exc).__name__}: {exc}",
+        }
+        meta.update(self.metadata)  # the caller's words win over what was derived
+        self.metadata = meta
+        self.meta_path = write_atomically(self.folder / META_NAME, json.dumps(meta, indent=2, default=str) + "\n")
+
+    # -- results ---------------------------------------------------------------------------------------
+    def trace(self):
+        """The recorded run as a `Trace` (load_trace of the run folder)."""
+        if self._state != "done":
+            raise RuntimeError("the profile is still running; call trace() after the `with` block")
+        from .trace import load_trace
+
+        return load_trace(self.folder)
+
+
+def profile(
+    fn: Callable | None = None,
+    *args,
+    out_dir: str | os.PathLike = "profiles",
+    run_id: str | None = None,
+    metadata: dict | None = None,
+    gzip: bool = True,
+    record_shapes: bool = True,
+    with_cuda: bool | str = "auto",
+    **kwargs,
+):
+    """Profile `fn(*args, **kwargs)` (returns ``(result, session)``), or, without fn, a ``with`` block.
+
+    >>> run, session = md.profile(md.run_layer, cfg, ckpt, hidden, positions, tp_size=4, mode="decode")
+    >>> with md.profile(out_dir="profiles", metadata={"scenario": "vllm-pr51692"}) as session: ...
+
+    torch.profiler records CPU ops (and CUDA/ROCm kernels when torch sees a GPU and with_cuda="auto")
+    with input shapes (record_shapes) into ``<out_dir>/<run_id>/``, a fresh folder. Wrapping
+    ``run_layer(..., executor="distributed")`` makes each rank write its own trace (always gzipped by
+    the ranks; unpacked afterwards when gzip=False). The metadata file records model, platform,
+    scenario, tp, mode, tokens and executor (from the call's arguments), plus `metadata`, torch and
+    Python versions, the device name and a timestamp.
+    """
+    if fn is None:
+        if args or kwargs:
+            raise TypeError("md.profile() got arguments for a function but no function to call")
+        return ProfileSession(out_dir, run_id, metadata, gzip, record_shapes, with_cuda)
+    if not callable(fn):
+        raise TypeError(f"md.profile: {fn!r} is not callable (pass the function first, then its arguments)")
+    described = describe_call(fn, args, kwargs)
+    distributed = _is_distributed_run_layer(fn, described)
+    session = ProfileSession(out_dir, run_id, metadata, gzip, record_shapes, with_cuda, profile_here=not distributed)
+    session._described = described
+    if distributed and kwargs.get("profile_dir") is not None:
+        raise ValueError("md.profile sets run_layer's profile_dir itself; do not pass one")
+    with session:
+        if distributed:
+            # The parent only waits on its ranks; each rank records itself (parallel/distributed.py).
+            kwargs = {**kwargs, "profile_dir": str(session.folder)}
+        result = fn(*args, **kwargs)
+    return result, session
