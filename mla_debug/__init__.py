@@ -44,7 +44,7 @@ from .layouts import (
     shuffle_weight,
     unshuffle_weight,
 )
-from .model import Checkpoint, MLAConfig  # noqa: E402
+from .model import Checkpoint, MLAConfig
 from .normquant import fused_qk_rmsnorm_group_quant
 from .numerics import (
     E4M3FN,
@@ -57,9 +57,9 @@ from .numerics import (
     fp8_ulp_distance,
     quant_flavor,
 )
-from .parallel import LayerRun, MLALayer, run_layer  # noqa: E402
-from .profiling import Trace, compare_traces, load_trace, profile  # noqa: E402
-from .scenarios import SCENARIOS, Scenario, scenario, scenario_names  # noqa: E402
+from .parallel import LayerRun, MLALayer, run_layer
+from .profiling import Trace, compare_traces, load_trace, profile
+from .scenarios import SCENARIOS, Scenario, scenario, scenario_names
 
 __version__ = "0.1.0"
 
