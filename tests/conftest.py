@@ -1,11 +1,20 @@
-"""Shared fixtures: seeded generators, the aiter CSV test data beside the checkout, GPU detection."""
+"""Shared fixtures: seeded generators, the aiter CSV test data beside the checkout, GPU detection, and the
+Triton interpreter on CPU-only machines."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+# Triton decides at import time whether its own library functions (tl.cdiv, tl.sum, ...) are compiled or
+# interpreted, so on a machine without a CUDA GPU the interpreter must be switched on before anything
+# imports triton. The library never picks the interpreter by itself (backend="auto" means the emulation
+# or torch on CPU tensors); only tests that ask for backend="triton" run it, on tiny shapes.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 # aiter's tuned CSVs are test data kept beside the checkout (never committed into the project).

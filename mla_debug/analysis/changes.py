@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..kernels import kernel_class, kernel_names
 from ..layouts import ContractViolation, ViolationKind
 from ..scenarios import Scenario
 
@@ -51,10 +52,17 @@ def candidate_changes(scenario: Scenario, kernels: dict[str, str], cfg) -> list[
             changes.append(
                 Change(KERNEL_TO_REFERENCE, layer, f"running {layer} through torch-reference instead of {kernel}")
             )
+    used = {description.split(":")[0] for description in kernels.values()}
     for kernel, options in scenario.kernel_options.items():
         if options.get("honour_layer_flags") is False:
             flags = "skip_weight_relayout" if cfg.arch == "v3" else "is_bmm / skip_weight_relayout"
-            changes.append(Change(HONOUR_FLAGS, kernel, f"honouring {flags} in {kernel}"))
+            # Stand-ins (triton-bpreshuffle for aiter-bpreshuffle) take the options of the kernel they
+            # reproduce; name the one that actually ran.
+            runners = sorted(
+                name for name in used if name in kernel_names() and kernel_class(name).stands_in_for == kernel
+            )
+            where = f"{runners[0]} (as {kernel})" if runners and kernel not in used else kernel
+            changes.append(Change(HONOUR_FLAGS, kernel, f"honouring {flags} in {where}"))
     if cfg.arch == "v4":
         for field_name, sentence in BEHAVIOUR_FIXES.items():
             if not getattr(scenario.behaviour, field_name):

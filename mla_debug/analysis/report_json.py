@@ -1,6 +1,6 @@
 """The JSON written by `mla-debug triage --json` and `TriageResult.to_json` (a stable schema):
 
-{"model": str, "platform": str, "scenario": str, "tokens": int,
+{"model": str, "platform": str, "scenario": str, "tokens": int, "device": "cpu"|"cuda",
  "runs": [{"tp": int, "mode": "prefill"|"decode", "verdict": "ok"|"diverged",
            "first_divergent_step": str|null,
            "steps": [{"name": str, "kernel": str|null, "rel_err": float, "violations": [str, ...]}, ...]}, ...],
@@ -29,6 +29,7 @@ def triage_to_dict(result) -> dict:
         "platform": result.platform,
         "scenario": result.scenario,
         "tokens": result.tokens,
+        "device": result.device,
         "runs": [
             {
                 "tp": c.tp,

@@ -38,18 +38,21 @@ class Workbench:
         checkpoint: Checkpoint | str | Path | None = None,
         layer: int = 0,
         progress=None,
+        device: str | None = None,
     ) -> None:
         from ..kernels import platform as platform_of
 
         if tokens < 1:
             raise ValueError(f"tokens={tokens} must be >= 1")
         self.platform = platform_of(platform)
+        self.device = workbench_device(device, self.platform)
         if checkpoint is None:
             self.cfg = model if isinstance(model, MLAConfig) else MLAConfig.preset(model)
             self.ckpt = Checkpoint.synthetic(self.cfg, seed=seed, progress=progress)
         else:
             self.ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.load(checkpoint, layer=layer)
             self.cfg = self.ckpt.cfg
+        self.ckpt = self.ckpt.to(self.device)  # once, not per layer built
         self.tokens, self.seed = tokens, seed
         gen = torch.Generator().manual_seed(seed)
         self.hidden = torch.randn(tokens, self.cfg.hidden_size, generator=gen).to(torch.bfloat16)
@@ -62,13 +65,13 @@ class Workbench:
         if mode not in self._truth:
             if self._dense is None:
                 self._dense = dense_twin(self.ckpt)
-            layer = MLALayer(self.cfg, self._dense, 1, self.platform, "reference", torch.float32)
+            layer = MLALayer(self.cfg, self._dense, 1, self.platform, "reference", torch.float32, device=self.device)
             self._truth[mode] = layer.run(self.hidden, self.positions, mode)
         return self._truth[mode]
 
     def reference(self, tp: int, mode: str):
         if (tp, mode) not in self._reference:
-            layer = MLALayer(self.cfg, self.ckpt, tp, self.platform, "reference")
+            layer = MLALayer(self.cfg, self.ckpt, tp, self.platform, "reference", device=self.device)
             self._reference[(tp, mode)] = layer.run(self.hidden, self.positions, mode)
         return self._reference[(tp, mode)]
 
@@ -76,10 +79,23 @@ class Workbench:
         return step_floor(self.reference(tp, mode), self.truth(mode))
 
     def run(self, scen: Scenario, tp: int, mode: str):
-        return MLALayer(self.cfg, self.ckpt, tp, self.platform, scen).run(self.hidden, self.positions, mode)
+        layer = MLALayer(self.cfg, self.ckpt, tp, self.platform, scen, device=self.device)
+        return layer.run(self.hidden, self.positions, mode)
 
     def diff(self, scen: Scenario, tp: int, mode: str, factor: float = DIVERGENCE_FACTOR) -> RunDiff:
         return compare(self.run(scen, tp, mode), self.reference(tp, mode), self.floor(tp, mode), factor)
+
+
+def workbench_device(device: str | None, plat) -> torch.device:
+    """Where a triage computes: `device` as given, or by default the GPU when the platform is an NVIDIA one
+    and torch sees a CUDA GPU (the Triton/cuBLAS kernels then run for real), else the CPU."""
+    if device is None:
+        device = "cuda" if plat.is_cuda and torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r} is not 'cpu' or 'cuda'")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' asked for, but torch sees no CUDA GPU")
+    return torch.device(device)
 
 
 @dataclass
@@ -121,6 +137,7 @@ class TriageResult:
     culprits: list[Culprit]
     elapsed_s: float = 0.0
     unresolved: list[tuple[int, str]] = field(default_factory=list)
+    device: str = "cpu"
 
     def config(self, tp: int, mode: str) -> ConfigResult:
         for c in self.configs:
@@ -257,11 +274,13 @@ def triage(
     find_culprits: bool = True,
     factor: float = DIVERGENCE_FACTOR,
     progress: bool | None = None,
+    device: str | None = None,
 ) -> TriageResult:
     """Run the layer at every TP size and mode under `scenario`; see TriageResult.
 
     Pass a `Workbench` to reuse its checkpoint, inputs, truth and reference runs across scenarios
-    (tokens default to 16 without one). Needs only the CPU.
+    (tokens default to 16 without one). Needs only the CPU; `device` ("cpu" or "cuda") defaults to the GPU
+    for an NVIDIA platform when one is visible (see `workbench_device`).
 
     >>> result = md.triage("deepseek-v3", "mi355x", "vllm-pr51692", tp_sizes=(1, 2, 4, 8))
     >>> result.summary; result.culprits[0].explanation
@@ -269,9 +288,11 @@ def triage(
     start = time.perf_counter()
     scen = scenario_of(scenario)
     if bench is None:
-        bench = Workbench(model, platform, 16 if tokens is None else tokens, seed, checkpoint)
+        bench = Workbench(model, platform, 16 if tokens is None else tokens, seed, checkpoint, device=device)
     elif tokens is not None and tokens != bench.tokens:
         raise ValueError(f"tokens={tokens} differs from the workbench's {bench.tokens}; build another Workbench")
+    elif device is not None and torch.device(device).type != bench.device.type:
+        raise ValueError(f"device={device!r} differs from the workbench's {bench.device}; build another Workbench")
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
@@ -304,4 +325,5 @@ def triage(
         culprits=culprits,
         elapsed_s=time.perf_counter() - start,
         unresolved=unresolved,
+        device=bench.device.type,
     )

@@ -48,6 +48,17 @@ class _AiterKernel(Kernel):
         return block_scaled_mm(qa.fmt.decode(qa.data), scale, linear, contract.weight, self.accumulation)
 
 
+def tuned_row_check(problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
+    """vLLM's rule for the preshuffled kernel: the rank's (N, K) has a row in the bpreshuffle tuned table
+    for the platform's (gfx, cu_num); M is ignored."""
+    if problem.tuned is None:
+        return False, "no bpreshuffle tuned table to consult"
+    key = f"{platform.arch}/cu{platform.cu_num}"
+    if not problem.tuned.has(platform, problem.n, problem.k):
+        return False, f"no bpreshuffle tuned row for (N={problem.n}, K={problem.k}) on {key}"
+    return True, f"(N={problem.n}, K={problem.k}) has a bpreshuffle tuned row on {key} ({problem.tuned.source})"
+
+
 @register_kernel
 class AiterBlockscaleEmulated(_AiterKernel):
     name = "aiter-blockscale"
@@ -79,12 +90,7 @@ class AiterBpreshuffleEmulated(_AiterKernel):
             return ok, why
         if problem.n % 16:
             return False, f"N={problem.n} is not a multiple of 16 (shuffle_weight(16,16))"
-        if problem.tuned is None:
-            return False, "no bpreshuffle tuned table to consult"
-        key = f"{platform.arch}/cu{platform.cu_num}"
-        if not problem.tuned.has(platform, problem.n, problem.k):
-            return False, f"no bpreshuffle tuned row for (N={problem.n}, K={problem.k}) on {key}"
-        return True, f"(N={problem.n}, K={problem.k}) has a bpreshuffle tuned row on {key} ({problem.tuned.source})"
+        return tuned_row_check(problem, platform)
 
     def process_weights_after_loading(self, linear: BlockScaledLinear) -> None:
         if self.honour_layer_flags and linear.reads_weight_directly:

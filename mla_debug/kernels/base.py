@@ -73,6 +73,8 @@ class Kernel(ABC):
     preshuffles_weight: ClassVar[bool] = False
     # vLLM's class name, so VLLM_DISABLED_KERNELS-style lists can name kernels either way.
     vllm_name: ClassVar[str | None] = None
+    # The kernel whose contract this one reproduces on other hardware (its options and disabling apply).
+    stands_in_for: ClassVar[str | None] = None
     # The activation-scale presentation this kernel reads (and its own input quantization writes).
     act_scale_layout: ClassVar[ScaleLayout] = ScaleLayout.ROW_MAJOR
     # True for readers that decode the scale with the layout its producer declared (the reference);

@@ -59,7 +59,8 @@ class KernelPolicy:
         """vLLM-like default priority for a platform.
 
         ROCm: aiter-bpreshuffle (only if `preshuffled_first`, as since vLLM PR #51692), then
-        aiter-blockscale, then the reference. NVIDIA: cublas-blockwise, then the reference. CPU: the
+        aiter-blockscale, then the reference. NVIDIA: the same list with the Triton stand-ins
+        (triton-bpreshuffle, triton-blockscale; cuBLAS is the ``nvidia-cublas`` scenario). CPU: the
         reference. `native=None` uses the real aiter ops when importable, the emulations otherwise.
         """
         plat = platform(plat)
@@ -71,14 +72,24 @@ class KernelPolicy:
                 names = [name.replace("aiter-", "aiter-native-") for name in names]
             names.append("torch-reference")
         elif plat.is_cuda:
-            names = ["cublas-blockwise", "torch-reference"]
+            # The Triton stand-ins of the two aiter kernels: the ROCm choice (and its bugs) on NVIDIA.
+            names = ["triton-bpreshuffle", "triton-blockscale"] if preshuffled_first else ["triton-blockscale"]
+            names.append("torch-reference")
         else:
             names = ["torch-reference"]
         return cls(priority=names, tuned=tuned, **kwargs)
 
     def kernel(self, name: str) -> Kernel:
+        """The kernel configured with its options; a stand-in (triton-bpreshuffle for aiter-bpreshuffle)
+        takes the options given to the kernel it stands in for unless it has its own."""
         name = _canonical(name)
-        return get_kernel(name, **self.kernel_options.get(name, {}))
+        stand_in = kernel_class(name).stands_in_for
+        options = self.kernel_options.get(name, self.kernel_options.get(stand_in or "", {}))
+        return get_kernel(name, **options)
+
+    def is_disabled(self, name: str) -> bool:
+        """Disabled by name, or through the kernel it stands in for (VLLM_DISABLED_KERNELS names aiter's)."""
+        return name in self.disabled or kernel_class(name).stands_in_for in self.disabled
 
     def select(
         self, layer: str, n: int, k: int, plat: Platform | str, fmt: Fp8Format | None = None, m: int | None = None
@@ -95,7 +106,7 @@ class KernelPolicy:
             return kernel, f"{kernel.name}: per-layer override ({why})"
         skipped: list[str] = []
         for name in self.priority:
-            if name in self.disabled:
+            if self.is_disabled(name):
                 skipped.append(f"{name} disabled")
                 continue
             kernel = self.kernel(name)

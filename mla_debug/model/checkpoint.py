@@ -392,6 +392,9 @@ class Checkpoint:
     def to(self, device: torch.device | str) -> Checkpoint:
         """The same checkpoint with every tensor on `device` (self when already there)."""
         device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            # Tensors report "cuda:0"; compare with that, or every call would copy the checkpoint again.
+            device = torch.device("cuda", torch.cuda.current_device())
         if all(t.device == device for t in self.tensors.values()):
             return self
         moved = {key: t.to(device) for key, t in self.tensors.items()}

@@ -102,7 +102,7 @@ def test_v4_needs_three_fixes_at_tp1_and_one_at_tp8():
 def test_json_follows_the_schema_and_never_overwrites(buggy, tmp_path):
     path = buggy.to_json(tmp_path / "triage.json")
     data = json.loads(path.read_text())
-    assert set(data) == {"model", "platform", "scenario", "tokens", "runs", "culprits"}
+    assert set(data) == {"model", "platform", "scenario", "tokens", "device", "runs", "culprits"}
     assert data["model"] == "tiny-kv512" and data["tokens"] == 8 and data["scenario"] == "vllm-pr51692"
     run = data["runs"][1]
     assert set(run) == {"tp", "mode", "verdict", "first_divergent_step", "steps"}

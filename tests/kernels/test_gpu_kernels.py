@@ -77,5 +77,5 @@ def test_emulations_run_on_cuda_tensors(kernel, gen):
 
 
 def test_policy_picks_cublas_on_a_cuda_machine():
-    kernel, reason = md.KernelPolicy.for_platform("h200").select("o_proj", 7168, 2048, "h200")
+    kernel, reason = md.scenario("nvidia-cublas").policy("h200").select("o_proj", 7168, 2048, "h200")
     assert kernel.name == "cublas-blockwise", reason

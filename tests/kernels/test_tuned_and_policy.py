@@ -173,12 +173,22 @@ def test_policy_errors():
         policy.select("o_proj", 7168, 16384, "h200")
 
 
-def test_nvidia_policy_on_a_cpu_machine_falls_back_with_the_reason():
+def test_nvidia_policy_mirrors_the_rocm_choice_with_triton_stand_ins():
+    policy = md.KernelPolicy.for_platform("h200", tuned=md.TunedTable.embedded())
+    kernel, reason = policy.select("o_proj", 7168, 16384, "h200")
+    assert kernel.name == "triton-bpreshuffle" and "selection as on mi355x" in reason
+    kernel, reason = policy.select("q_b_proj", 24576, 1536, "h200")  # no gfx950 row for this shape
+    assert kernel.name == "triton-blockscale" and "no bpreshuffle tuned row for (N=24576, K=1536)" in reason
+    before = md.KernelPolicy.for_platform("h200", preshuffled_first=False, tuned=md.TunedTable.embedded())
+    assert before.select("o_proj", 7168, 16384, "h200")[0].name == "triton-blockscale"
+
+
+def test_cublas_scenario_on_a_cpu_machine_falls_back_with_the_reason():
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU-only fallback")
-    kernel, reason = md.KernelPolicy.for_platform("h200").select("o_proj", 7168, 16384, "h200")
+    kernel, reason = md.scenario("nvidia-cublas").policy("h200").select("o_proj", 7168, 16384, "h200")
     assert kernel.name == "torch-reference" and "cublas-blockwise (needs an NVIDIA CUDA GPU" in reason
 
 

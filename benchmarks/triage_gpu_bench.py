@@ -1,0 +1,85 @@
+"""The same TP triage on the GPU (Triton kernels) and on the CPU (their emulation), timed side by side.
+
+  PYTHONPATH=. python3 benchmarks/triage_gpu_bench.py --out triage_gpu.md [--model deepseek-v3] [--tokens 16]
+
+Runs `md.triage(model, "h200", scenario)` for each scenario on device="cuda" and on device="cpu", each
+with its own Workbench (synthetic checkpoint of the real dimensions, same seed), and checks that both
+devices reach the same verdicts and culprits. The GPU is timed twice - the first pass includes Triton's
+compilation of every launch configuration, the second is warm - and the CPU once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import mla_debug as md
+
+SCENARIOS = ("vllm-pr51692", "vllm-pr56433")
+
+
+def run(bench: md.Workbench, scenarios) -> tuple[float, list]:
+    start = time.perf_counter()
+    results = [md.triage(bench=bench, scenario=s, progress=False) for s in scenarios]
+    if bench.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, results
+
+
+def verdicts(results) -> list:
+    return [([(c.tp, c.mode, c.verdict) for c in r.configs], [c.explanation for c in r.culprits]) for r in results]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="deepseek-v3")
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("triage_gpu_bench needs a CUDA GPU")
+    scenarios = args.scenarios.split(",")
+    lines = []
+    times = {}
+    outcome = {}
+    for device in ("cuda", "cpu"):
+        start = time.perf_counter()
+        bench = md.Workbench(args.model, "h200", args.tokens, device=device)
+        build = time.perf_counter() - start
+        first, results = run(bench, scenarios)
+        times[device] = (build, first)
+        outcome[device] = verdicts(results)
+        if device == "cuda":
+            warm, _ = run(bench, scenarios)
+            times["cuda warm"] = (0.0, warm)
+        for r in results:
+            lines.append(f"- {device} {r.scenario}: " + "; ".join(f"TP{c.tp} {c.mode} {c.verdict}" for c in r.configs))
+            lines.extend(f"  - culprit: {c.explanation}" for c in r.culprits)
+        print("\n".join(lines[-6:]), flush=True)
+    same = outcome["cuda"] == outcome["cpu"]
+    header = (
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads; "
+        f"model {args.model}, {args.tokens} tokens, TP 1/2/4/8 x prefill/decode, scenarios {', '.join(scenarios)}"
+    )
+    table = [
+        "| run | workbench s | triage s | CPU / this |",
+        "|---|---|---|---|",
+    ]
+    cpu = times["cpu"][1]
+    for name, (build, spent) in times.items():
+        table.append(f"| {name} | {build:.1f} | {spent:.1f} | {cpu / spent:.1f}x |")
+    text = "\n".join([header, "", *table, "", f"same verdicts and culprits on both devices: {same}", "", *lines, ""])
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    if not same:
+        sys.exit("the GPU and CPU triage disagree")
+
+
+if __name__ == "__main__":
+    main()

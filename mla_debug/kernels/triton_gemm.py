@@ -1,0 +1,322 @@
+"""Launching the Triton block-scaled FP8 GEMM: input checks, byte orders, launch configuration, split-K.
+
+`triton_block_scaled_mm` multiplies raw bytes the way aiter's kernels read them: the activation scale
+in the byte order the kernel is built for (ROW_MAJOR for ``gemm_a8w8_blockscale``, COL_MAJOR for
+``..._bpreshuffle``) whatever the tensor's strides say, and the weight either plain or (16, 16)
+preshuffled. Triton is imported on the first call, so this module imports on machines without it.
+
+Launch configurations come from `launch_config`, a shape heuristic for Hopper-class GPUs (cached per
+shape); `autotune` times a few candidates once per shape on the current GPU and caches the winner in
+the process. Tests never autotune.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .._checks import describe, is_dense
+from ..layouts import ScaleLayout
+from ..numerics import E4M3FN, E4M3FNUZ, Fp8Format
+
+BLOCK = 128
+SHUFFLE_BAND = 16
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tile sizes and launch parameters of one GEMM launch."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    group_m: int = 8
+    split_k: int = 1
+    prefetch: bool = True
+
+    def __str__(self) -> str:
+        return (
+            f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}-g{self.group_m}-sk{self.split_k}"
+            + ("" if self.prefetch else "-noprefetch")
+        )
+
+
+def triton_status() -> tuple[bool, str]:
+    """Whether Triton can run here: importable, and a CUDA GPU or the interpreter (TRITON_INTERPRET=1)."""
+    version = _triton_version()
+    if version is None:
+        return False, "triton is not installed (pip install 'mla-debug[gpu]')"
+    if interpreting():
+        return True, f"triton {version} interpreter (TRITON_INTERPRET=1; tiny shapes only)"
+    gpu = _cuda_gpu()
+    if gpu is None:
+        return False, "no NVIDIA CUDA GPU visible to torch (set TRITON_INTERPRET=1 to run on the CPU, slowly)"
+    return True, f"triton {version} on {gpu}"
+
+
+# Cached: these run on every GEMM call and asking the driver for a device name takes microseconds.
+@functools.lru_cache(maxsize=1)
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_gpu() -> str | None:
+    if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
+        return None
+    return torch.cuda.get_device_name()
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def runs_on(device: torch.device, allow_interpreter: bool = False) -> bool:
+    """Whether tensors on `device` can go through Triton: CUDA tensors, or CPU tensors under the
+    interpreter when `allow_interpreter` (it is far too slow to be chosen automatically)."""
+    if device.type == "cuda":
+        return triton_status()[0] and not interpreting()
+    return allow_interpreter and device.type == "cpu" and interpreting() and triton_status()[0]
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.lru_cache(maxsize=4096)
+def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool) -> LaunchConfig:
+    """Tiles by M, from autotuning DeepSeek shapes on an H200 (benchmarks/RESULTS.md)."""
+    if m <= 16:
+        # A weight stream: narrow tiles, and narrower still until every SM has a tile to stream.
+        block_m, block_n, warps, stages = 16, 64, 4, 4
+        while block_n > 16 and -(-n // block_n) < sms:
+            block_n //= 2
+    elif m <= 64:
+        block_m, block_n, warps, stages = 64, 64, 4, 4
+    elif m <= 1024:
+        block_m, block_n, warps, stages = 64, 128, 4, 4
+    else:
+        block_m, block_n, warps, stages = 128, 128, 8, 3
+    if fnuz:  # bf16 operands take twice the shared memory per stage
+        stages = min(stages, 3)
+    # Split-K stays available to explicit configs; measured, its extra reduction never paid off here.
+    return LaunchConfig(block_m, block_n, warps, stages, 8, 1)
+
+
+_TUNED: dict[tuple, LaunchConfig] = {}
+
+
+def launch_config(m: int, n: int, k: int, device: torch.device, fnuz: bool = False) -> LaunchConfig:
+    """The configuration for an (M, N, K) problem: an autotuned one if `autotune` ran for it, else the
+    heuristic."""
+    tuned = _TUNED.get((_m_bucket(m), n, k, fnuz, str(device)))
+    return tuned or _heuristic(m, n, k, _sm_count(device), fnuz)
+
+
+def _m_bucket(m: int) -> int:
+    return 1 << max(m - 1, 0).bit_length()
+
+
+def check_operands(
+    name: str,
+    a: torch.Tensor,
+    a_scale: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    k: int,
+    fmt: Fp8Format,
+    shuffled: bool,
+) -> None:
+    """Clear errors for what the kernel cannot take, before anything is launched."""
+    m = a.shape[0]
+    n = w.shape[0]
+    if fmt not in (E4M3FN, E4M3FNUZ):
+        raise TypeError(f"{name}: the Triton GEMM takes e4m3fn or e4m3fnuz, got {fmt.name}")
+    for label, t in (("input", a), ("weight", w)):
+        if t.dim() != 2 or t.element_size() != 1:
+            raise TypeError(f"{name}: {label} {describe(t)} must be 2-D one-byte fp8 data")
+        if t.stride(1) != 1:
+            raise ValueError(f"{name}: {label} {describe(t)} strides {tuple(t.stride())}: rows must be contiguous")
+    if k % BLOCK or a.shape[1] != k:
+        raise ValueError(
+            f"{name}: input {describe(a)}: K={a.shape[1]} must equal the weight's K={k}, a multiple of 128"
+        )
+    if n % SHUFFLE_BAND:
+        raise ValueError(f"{name}: weight {describe(w)}: N={n} must be a multiple of 16")
+    if shuffled and not w.is_contiguous():
+        raise ValueError(f"{name}: preshuffled weight {describe(w)} must be contiguous (it is one shuffled buffer)")
+    if w.shape[1] < k or (not shuffled and w.shape[1] != k):
+        raise ValueError(f"{name}: weight {describe(w)} holds {w.shape[1]} bytes per row for K={k}")
+    groups = k // BLOCK
+    if a_scale.dtype != torch.float32 or a_scale.numel() != m * groups or not is_dense(a_scale):
+        raise ValueError(
+            f"{name}: input scale {describe(a_scale)} strides {tuple(a_scale.stride())} must be a gap-free fp32 "
+            f"buffer of M x K/128 = {m} x {groups} values (the kernel reads its raw bytes)"
+        )
+    want = (-(-n // BLOCK), groups)
+    if w_scale.dtype != torch.float32 or tuple(w_scale.shape) != want:
+        raise ValueError(f"{name}: weight scale {describe(w_scale)} must be fp32 of shape {want} (128x128 blocks)")
+    devices = {t.device for t in (a, a_scale, w, w_scale)}
+    if len(devices) != 1:
+        raise ValueError(f"{name}: operands are on {sorted(map(str, devices))}; put them on one device")
+
+
+def triton_block_scaled_mm(
+    a: torch.Tensor,
+    a_scale: torch.Tensor,
+    scale_bytes: ScaleLayout,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    k: int,
+    fmt: Fp8Format = E4M3FN,
+    shuffled: bool = False,
+    config: LaunchConfig | None = None,
+    name: str = "triton gemm",
+) -> torch.Tensor:
+    """bf16 (M, N) = a (M, K) fp8 x w (N, K)^T with 1x128 input and 128x128 weight scales.
+
+    `scale_bytes` is the order the raw scale buffer is READ in (ROW_MAJOR: offset m*G + g; COL_MAJOR:
+    g*M + m), not a description of `a_scale`: a buffer written in the other order is read wrongly,
+    silently, as by the real kernels. `shuffled` reads `w` as preshuffled (16, 16) with rows of
+    ``w.shape[1]`` bytes (K-padding allowed). `fmt` is the format of both operands' bytes.
+    """
+    check_operands(name, a, a_scale, w, w_scale, k, fmt, shuffled)
+    ok, why = triton_status()
+    if not ok:
+        raise RuntimeError(f"{name}: cannot run the Triton GEMM here: {why}")
+    from ._triton_gemm_kernel import block_scaled_gemm_kernel
+
+    m, n = a.shape[0], w.shape[0]
+    groups = k // BLOCK
+    fnuz = fmt == E4M3FNUZ
+    cfg = config or launch_config(m, n, k, a.device, fnuz)
+    if BLOCK % cfg.block_n:
+        raise ValueError(f"{name}: block_n={cfg.block_n} must divide 128 (one weight-scale block per tile)")
+    stride_sm, stride_sk = (groups, 1) if scale_bytes == ScaleLayout.ROW_MAJOR else (1, m)
+    if scale_bytes == ScaleLayout.COL_MAJOR_STRIDED:
+        stride_sm, stride_sk = 1, m  # same bytes as COL_MAJOR
+    out_fp32 = cfg.split_k > 1
+    if m == 0:
+        return torch.empty((0, n), dtype=torch.bfloat16, device=a.device)
+    out = torch.empty(
+        (cfg.split_k, m, n) if out_fp32 else (m, n),
+        dtype=torch.float32 if out_fp32 else torch.bfloat16,
+        device=a.device,
+    )
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    # e4m3fn goes in as fp8 (tensor cores read it directly); e4m3fnuz as bytes the kernel decodes.
+    operand = torch.uint8 if fnuz else torch.float8_e4m3fn
+    block_scaled_gemm_kernel[(tiles, cfg.split_k)](
+        a.view(operand),
+        _raw(a_scale),
+        w.view(operand),
+        w_scale,
+        out,
+        m,
+        n,
+        k,
+        w.shape[1],
+        a.stride(0),
+        w.stride(0),
+        stride_sm,
+        stride_sk,
+        w_scale.stride(0),
+        w_scale.stride(1),
+        n,
+        m * n,
+        SHUFFLED=shuffled,
+        FNUZ=fnuz,
+        EXACT_FP32_DOT=interpreting(),
+        SPLIT_K=cfg.split_k,
+        OUT_FP32=out_fp32,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        GROUP_M=cfg.group_m,
+        PREFETCH=cfg.prefetch,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    if out_fp32:
+        return _reduce_splits(out)
+    return out
+
+
+def _raw(scale: torch.Tensor) -> torch.Tensor:
+    """The scale's bytes as a flat buffer in storage order (the kernel addresses them itself)."""
+    order = sorted(range(scale.dim()), key=lambda d: -scale.stride(d))
+    return scale.permute(*order).reshape(-1)
+
+
+def _reduce_splits(partials: torch.Tensor) -> torch.Tensor:
+    # A fixed order (split 0 first), so repeated calls give identical bytes.
+    total = partials[0].clone()
+    for part in partials[1:]:
+        total.add_(part)
+    return total.to(torch.bfloat16)
+
+
+def autotune(
+    m: int, n: int, k: int, device: torch.device | str = "cuda", fmt: Fp8Format = E4M3FN, shuffled: bool = False
+) -> tuple[LaunchConfig, dict[str, float]]:
+    """Time candidate configurations for (M, N, K) on the current GPU, cache the fastest for this M
+    bucket and return it with every candidate's median milliseconds. For benchmarks, never tests."""
+    import triton.testing
+
+    device = torch.device(device)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randint(0, 0x70, (m, k), generator=gen, dtype=torch.uint8).to(device)
+    w = torch.randint(0, 0x70, (n, k), generator=gen, dtype=torch.uint8).to(device)
+    a_scale = torch.rand(m, k // BLOCK, generator=gen).to(device)
+    w_scale = torch.rand(-(-n // BLOCK), k // BLOCK, generator=gen).to(device)
+    dtype = fmt.dtype
+    times: dict[str, float] = {}
+    best: tuple[float, LaunchConfig] | None = None
+    for cfg in _candidates(m, n, k, _sm_count(device), fmt == E4M3FNUZ):
+        try:
+            ms = triton.testing.do_bench(
+                lambda cfg=cfg: triton_block_scaled_mm(
+                    a.view(dtype), a_scale, ScaleLayout.ROW_MAJOR, w.view(dtype), w_scale, k, fmt, shuffled, cfg
+                )
+            )
+        except Exception:  # a config the compiler or the GPU rejects (shared memory) is recorded as nan
+            times[str(cfg)] = float("nan")
+            continue
+        times[str(cfg)] = ms
+        if best is None or ms < best[0]:
+            best = (ms, cfg)
+    if best is None:
+        raise RuntimeError(f"autotune: no candidate configuration ran for M={m}, N={n}, K={k}: {times}")
+    _TUNED[(_m_bucket(m), n, k, fmt == E4M3FNUZ, str(device))] = best[1]
+    return best[1], times
+
+
+def _candidates(m: int, n: int, k: int, sms: int, fnuz: bool) -> list[LaunchConfig]:
+    base = _heuristic(m, n, k, sms, fnuz)
+    found = [base]
+    shapes = [(16, 32), (16, 64), (16, 128), (32, 64), (64, 64), (64, 128), (128, 64), (128, 128), (256, 128)]
+    for bm, bn in shapes:
+        if bm > 2 * max(16, m):
+            continue
+        for warps, stages in ((4, 4), (8, 3)):
+            if bm * bn >= 128 * 256 and stages > 3:
+                continue
+            tiles = -(-m // bm) * -(-n // bn)
+            for split in (1, 2, 4, 8):
+                if split > 1 and (tiles * split > 2 * sms or k // BLOCK // split < 2):
+                    continue
+                for prefetch in (True, False):
+                    cfg = LaunchConfig(bm, bn, warps, stages, 8, split, prefetch)
+                    if cfg not in found:
+                        found.append(cfg)
+    return found

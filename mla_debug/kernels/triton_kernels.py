@@ -1,0 +1,162 @@
+"""Triton block-scaled FP8 GEMMs with the aiter kernels' contracts, for NVIDIA GPUs.
+
+- ``triton-blockscale`` stands in for aiter ``gemm_a8w8_blockscale``: plain weight, ROW_MAJOR scale bytes.
+- ``triton-bpreshuffle`` stands in for ``gemm_a8w8_blockscale_bpreshuffle``: weight shuffled (16, 16) at
+  load and read in that byte order, COL_MAJOR scale bytes whatever the strides claim, the same
+  ``honour_layer_flags`` switch (vLLM PR #56433) and the same tuned-table selection rule.
+
+They carry the aiter kernels' capability flags, so every scenario runs on a GPU unchanged and the silent
+layout bugs reproduce on NVIDIA hardware. On an NVIDIA platform the preshuffled kernel is chosen where
+aiter's tuned table for `tuned_as` (default the MI355X) has a row for the rank's (N, K) - the choice vLLM
+would make on that ROCm card - because no table exists for NVIDIA GPUs.
+
+Where Triton cannot run (CPU tensors without TRITON_INTERPRET=1) the kernels compute with the aiter
+emulation's code, which reads the same bytes in the same order, so a triage gives the same verdicts on a
+laptop and on a GPU; ``backend="triton"`` forbids that fallback, ``backend="emulation"`` forces it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from ..layouts import QuantizedActivation
+from ..numerics import E4M3FN, E4M3FNUZ
+from .aiter_emulated import SHUFFLE, AiterBlockscaleEmulated, AiterBpreshuffleEmulated, tuned_row_check
+from .base import Contract, GemmProblem, register_kernel
+from .block_gemm import Accumulation
+from .platforms import Platform, platform
+from .triton_gemm import runs_on, triton_block_scaled_mm, triton_status
+
+if TYPE_CHECKING:
+    from .linear import BlockScaledLinear
+
+BACKENDS = ("auto", "triton", "emulation")
+
+
+class _TritonGemm:
+    """Where the multiply runs (Triton or the emulation) and the platform checks shared by both kernels."""
+
+    stands_in_for: ClassVar[str]
+    backend: str
+
+    def _set_backend(self, backend: str) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        self.backend = backend
+
+    def availability(self) -> tuple[bool, str]:
+        ok, why = triton_status()
+        if self.backend == "triton" and not ok:
+            return False, why
+        if self.backend == "emulation" or not ok:
+            return True, f"runs the {self.stands_in_for} emulation's code ({why})"
+        return True, f"Triton on CUDA tensors ({why}); the {self.stands_in_for} emulation's code elsewhere"
+
+    def uses_triton(self, device: torch.device) -> bool:
+        """Triton for CUDA tensors ("auto" or "triton"); the CPU interpreter only when asked by name."""
+        if self.backend == "emulation":
+            return False
+        if runs_on(device, allow_interpreter=self.backend == "triton"):
+            return True
+        if self.backend == "triton":
+            raise RuntimeError(
+                f"{self.name}: backend='triton' but tensors on {device} cannot go through Triton here "  # type: ignore[attr-defined]
+                f"({triton_status()[1]}); use backend='auto' to fall back to the emulation"
+            )
+        return False
+
+    def platform_check(self, problem: GemmProblem, plat: Platform) -> tuple[bool, str]:
+        if not (plat.is_rocm or plat.is_cuda):
+            return False, f"Triton GEMMs model GPU serving platforms, not {plat.name}"
+        if plat.is_rocm and problem.fmt != plat.fp8:
+            return False, f"{plat.arch} computes {plat.fp8.name}, the weight is {problem.fmt.name}"
+        if problem.fmt not in (E4M3FN, E4M3FNUZ):
+            return False, f"takes e4m3fn or e4m3fnuz, the weight is {problem.fmt.name}"
+        if problem.k % 128:
+            return False, f"K={problem.k} is not a multiple of 128"
+        if problem.n % 16:
+            return False, f"N={problem.n} is not a multiple of 16"
+        return True, "takes this shape (N % 16 == 0, K % 128 == 0)"
+
+    def triton_compute(
+        self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract
+    ) -> torch.Tensor | None:
+        """The Triton result, or None when this call computes with the emulation."""
+        if not self.uses_triton(qa.data.device):
+            return None
+        weight = linear.weight
+        if contract.weight not in (None, SHUFFLE):
+            raise ValueError(f"{linear.name}: the Triton GEMM reads plain or (16, 16) weights, not {contract.weight}")
+        return triton_block_scaled_mm(
+            qa.data,
+            qa.scale,
+            contract.scale,
+            weight.data,
+            weight.scale,
+            weight.k,
+            qa.fmt,
+            shuffled=contract.weight is not None,
+            name=f"{linear.name} ({self.name})",  # type: ignore[attr-defined]
+        )
+
+
+@register_kernel
+class TritonBlockscaleKernel(_TritonGemm, AiterBlockscaleEmulated):
+    name = "triton-blockscale"
+    description = (
+        "Triton block-scaled FP8 GEMM with aiter gemm_a8w8_blockscale's contract: plain weight, ROW_MAJOR scale bytes"
+    )
+    vllm_name = None
+    stands_in_for = "aiter-blockscale"
+
+    def __init__(self, backend: str = "auto", accumulation: Accumulation = "blockwise", flavor: str = "aiter") -> None:
+        super().__init__(accumulation=accumulation, flavor=flavor)
+        self._set_backend(backend)
+
+    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
+        return self.platform_check(problem, platform)
+
+    def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
+        out = self.triton_compute(linear, qa, contract)
+        return super().compute(linear, qa, contract) if out is None else out
+
+
+@register_kernel
+class TritonBpreshuffleKernel(_TritonGemm, AiterBpreshuffleEmulated):
+    name = "triton-bpreshuffle"
+    description = (
+        "Triton block-scaled FP8 GEMM with aiter gemm_a8w8_blockscale_bpreshuffle's contract: weight "
+        "shuffled (16,16) at load and read so, COL_MAJOR scale bytes whatever the strides say"
+    )
+    vllm_name = None
+    stands_in_for = "aiter-bpreshuffle"
+
+    def __init__(
+        self,
+        backend: str = "auto",
+        honour_layer_flags: bool = True,
+        tuned_as: str = "mi355x",
+        accumulation: Accumulation = "blockwise",
+        flavor: str = "aiter",
+    ) -> None:
+        super().__init__(accumulation=accumulation, flavor=flavor, honour_layer_flags=honour_layer_flags)
+        self._set_backend(backend)
+        self.tuned_as = platform(tuned_as)
+        if not self.tuned_as.is_rocm:
+            raise ValueError(f"tuned_as={tuned_as!r} must name a ROCm platform (aiter's tables are per AMD card)")
+
+    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
+        ok, why = self.platform_check(problem, platform)
+        if not ok:
+            return ok, why
+        # The tuned table decides exactly as for aiter; on NVIDIA, as on the ROCm card named by tuned_as.
+        ok, why = tuned_row_check(problem, platform if platform.is_rocm else self.tuned_as)
+        if not platform.is_rocm:
+            why = f"{why} (selection as on {self.tuned_as.name})"
+        return ok, why
+
+    def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
+        out = self.triton_compute(linear, qa, contract)
+        return super().compute(linear, qa, contract) if out is None else out

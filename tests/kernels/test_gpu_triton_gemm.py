@@ -1,0 +1,146 @@
+"""The compiled Triton GEMMs on a CUDA GPU (marked gpu; skipped without CUDA).
+
+Against the fp32 reference of the same quantized operands within the bound of fp32 accumulation order
+(`helpers.accumulation_bound`); exactly the emulation's documented wrong result when fed the other scale
+order; plain and preshuffled variants bitwise equal when each reads its own layout. Every check uses
+fresh random data, and the memory the output lands in is poisoned with NaN first, so a tile the kernel
+forgot to write shows up.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import accumulation_bound, assert_within_accumulation_bound, random_tokens, random_weight
+
+import mla_debug as md
+from mla_debug.kernels.triton_gemm import LaunchConfig, launch_config, triton_block_scaled_mm
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(256, 512), (3072, 1536), (4096, 512), (7168, 2048), (2112, 7168)]
+MS = [1, 3, 16, 17, 128, 1000]
+
+
+def poison_allocator() -> None:
+    """Fill a large freed block with NaN, so torch.empty in the kernel launcher hands out NaN memory."""
+    junk = torch.full((1 << 26,), float("nan"), device="cuda")
+    del junk
+
+
+def on_cuda(weight: md.QuantizedWeight) -> md.QuantizedWeight:
+    return md.QuantizedWeight(weight.data.cuda(), weight.scale.cuda(), weight.fmt)
+
+
+def to_cpu(qa: md.QuantizedActivation) -> md.QuantizedActivation:
+    return md.QuantizedActivation(qa.data.cpu(), qa.scale.cpu(), qa.scale_layout, qa.fmt)
+
+
+def gpu_linear(weight: md.QuantizedWeight, kernel: str, **options) -> md.BlockScaledLinear:
+    return md.BlockScaledLinear("proj", on_cuda(weight)).attach(md.get_kernel(kernel, backend="triton", **options))
+
+
+def reference(weight: md.QuantizedWeight, qa: md.QuantizedActivation) -> torch.Tensor:
+    return md.BlockScaledLinear("proj", weight).attach(md.get_kernel("torch-reference"))(qa)
+
+
+@pytest.mark.parametrize("kernel", ["triton-blockscale", "triton-bpreshuffle"])
+@pytest.mark.parametrize("n,k", SHAPES)
+@pytest.mark.parametrize("m", MS)
+def test_matches_the_fp32_reference(kernel, m, n, k, gen):
+    weight = random_weight(n, k, gen)
+    lin = gpu_linear(weight, kernel)
+    poison_allocator()
+    call = lin.run(random_tokens(m, k, gen).cuda())
+    out = call.output.cpu()
+    assert out.shape == (m, n) and torch.isfinite(out).all() and not call.violations
+    qa = to_cpu(call.input)
+    assert_within_accumulation_bound(out, reference(weight, qa), accumulation_bound(qa, weight))
+
+
+@pytest.mark.parametrize("m", [1, 16, 1000])
+def test_plain_and_preshuffled_agree_bitwise(m, gen):
+    weight = random_weight(3072, 1536, gen)
+    plain, shuffled = gpu_linear(weight, "triton-blockscale"), gpu_linear(weight, "triton-bpreshuffle")
+    assert shuffled.weight.layout.shuffle_count == 1
+    qa = md.quantize_groups(random_tokens(m, 1536, gen).cuda())
+    poison_allocator()
+    a = plain(qa)
+    poison_allocator()
+    assert torch.equal(a, shuffled(qa.presented_as("col_major")))
+
+
+@pytest.mark.parametrize("m", [1, 16, 128])
+def test_the_other_scale_order_gives_the_emulated_wrong_result(m, gen):
+    weight = random_weight(2112, 7168, gen)
+    lin = gpu_linear(weight, "triton-bpreshuffle")
+    qa = md.quantize_groups(random_tokens(m, 7168, gen).cuda(), scale_layout="row_major")
+    poison_allocator()
+    call = lin.run(qa)
+    assert [v.kind for v in call.violations] == [md.ViolationKind.SCALE_ORDER]
+    emulated = md.BlockScaledLinear("proj", weight).attach(md.get_kernel("aiter-bpreshuffle"))(to_cpu(qa))
+    # The products use the scales as READ (column-major bytes), so the bound is taken over those.
+    as_read = md.layouts.read_scale(qa.scale.cpu(), md.ScaleLayout.COL_MAJOR)
+    read = md.QuantizedActivation(qa.data.cpu(), as_read.contiguous(), md.ScaleLayout.ROW_MAJOR, qa.fmt)
+    assert_within_accumulation_bound(call.output.cpu(), emulated, accumulation_bound(read, weight))
+    right = lin(qa.presented_as("col_major")).cpu()
+    if m == 1:
+        assert torch.equal(call.output.cpu(), right)  # one token: the two orders are the same bytes
+    else:
+        assert (call.output.cpu() - right).abs().max() > 0
+
+
+def test_e4m3fnuz_runs_through_the_exact_bf16_decode(gen):
+    weight = random_weight(3072, 1536, gen, fmt=md.E4M3FNUZ)
+    lin = gpu_linear(weight, "triton-blockscale")
+    poison_allocator()
+    call = lin.run(random_tokens(64, 1536, gen).cuda())
+    assert call.input.fmt == md.E4M3FNUZ
+    qa = to_cpu(call.input)
+    assert_within_accumulation_bound(call.output.cpu(), reference(weight, qa), accumulation_bound(qa, weight))
+
+
+@pytest.mark.parametrize("split_k", [1, 2, 8])
+def test_every_tile_and_split_configuration_is_within_the_bound(split_k, gen):
+    weight = on_cuda(random_weight(2112, 7168, gen))
+    qa = md.quantize_groups(random_tokens(40, 7168, gen).cuda())
+    expected = reference(md.QuantizedWeight(weight.data.cpu(), weight.scale.cpu(), weight.fmt), to_cpu(qa))
+    bound = accumulation_bound(to_cpu(qa), md.QuantizedWeight(weight.data.cpu(), weight.scale.cpu(), weight.fmt))
+    for bm, bn in ((16, 32), (64, 64), (128, 128)):
+        config = LaunchConfig(bm, bn, 4, 3, 8, split_k)
+        poison_allocator()
+        out = triton_block_scaled_mm(
+            qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 7168, config=config
+        )
+        assert_within_accumulation_bound(out.cpu(), expected, bound)
+
+
+def test_heuristic_gives_every_sm_a_tile_for_single_tokens():
+    device = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    config = launch_config(1, 2112, 7168, device)
+    assert config.block_m == 16 and (2112 // config.block_n >= sms or config.block_n == 16)
+    assert launch_config(4096, 24576, 1536, device).block_m == 128
+
+
+def test_triton_and_cublas_agree_within_the_bound(gen):
+    weight = random_weight(7168, 2048, gen)
+    tri = gpu_linear(weight, "triton-blockscale")
+    cublas = md.BlockScaledLinear("proj", on_cuda(weight)).attach(md.get_kernel("cublas-blockwise"))
+    x = random_tokens(256, 2048, gen).cuda()
+    call = tri.run(x)
+    qa = to_cpu(call.input)
+    two_orders = 2 * accumulation_bound(qa, weight)
+    assert_within_accumulation_bound(call.output.cpu(), cublas(x).cpu(), two_orders)
+
+
+def test_triage_on_the_gpu_gives_the_cpu_verdicts():
+    kwargs = dict(tp_sizes=(1, 4), progress=False)
+    gpu = md.triage("mini", "h200", "vllm-pr51692", device="cuda", **kwargs)
+    cpu = md.triage("mini", "h200", "vllm-pr51692", device="cpu", **kwargs)
+    assert gpu.device == "cuda" and cpu.device == "cpu"
+    assert [(c.tp, c.mode, c.verdict) for c in gpu.configs] == [(c.tp, c.mode, c.verdict) for c in cpu.configs]
+    assert [c.explanation for c in gpu.culprits] == [c.explanation for c in cpu.culprits]
+    assert any(c.verdict == "diverged" for c in gpu.configs)
+    kernels = gpu.config(4, "decode").run.kernels
+    assert kernels["kv_b_proj"].startswith("triton-bpreshuffle")
