@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU correctness checks and GPU timings in one go, for a CUDA machine (run from anywhere).
-# Logs go to $OUT (or benchmarks/out): versions.txt, gpu_probe.log, gpu_tests.log, gpu_gemm_bench.log/.md.
-# BENCH=0 skips the timing sweep; BENCH_ARGS=--quick shortens it.
+# Logs go to $OUT (or benchmarks/out): versions.txt, gpu_probe.log, gpu_tests.log and one .md/.log per
+# benchmark. BENCH=0 skips the timings; BENCH_ARGS=--quick shortens the GEMM and norm+quant sweeps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-benchmarks/out}
@@ -17,10 +17,13 @@ except ImportError:
     print("triton not installed")
 PY
 python3 benchmarks/gpu_probe.py 2>&1 | tee "$out/gpu_probe.log"
-# Only GPU-marked tests; these folders import nothing the GPU image lacks (no hypothesis there).
-python3 -m pytest -q -rA -m gpu tests/kernels tests/parallel tests/profiling --ignore=tests/profiling/test_attribution_properties.py -p no:cacheprovider 2>&1 | tee "$out/gpu_tests.log"
+# Only GPU-marked tests, from files that import nothing the GPU image lacks (no hypothesis there).
+python3 -m pytest -q -rA -m gpu tests/kernels tests/parallel tests/profiling tests/normquant/test_nq_triton_gpu.py \
+  --ignore=tests/profiling/test_attribution_properties.py -p no:cacheprovider 2>&1 | tee "$out/gpu_tests.log"
 status=${PIPESTATUS[0]}
 if [ "${BENCH:-1}" != 0 ]; then
-  python3 benchmarks/gpu_gemm_bench.py ${BENCH_ARGS:-} --out "$out/gpu_gemm_bench.md" 2>&1 | tee "$out/gpu_gemm_bench.log"
+  python3 benchmarks/gemm_bench.py ${BENCH_ARGS:-} --out "$out/gemm_bench.md" 2>&1 | tee "$out/gemm_bench.log"
+  python3 benchmarks/normquant_bench.py ${BENCH_ARGS:-} --out "$out/normquant_bench.md" 2>&1 | tee "$out/normquant_bench.log"
+  python3 benchmarks/triage_gpu_bench.py --out "$out/triage_gpu.md" 2>&1 | tee "$out/triage_gpu.log"
 fi
 exit "$status"

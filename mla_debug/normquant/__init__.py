@@ -3,13 +3,17 @@
 `fused_qk_rmsnorm_group_quant` quantizes q from the fp32 normalized values (one rounding);
 `norm_then_quant` / `aiter_test_reference` round to bf16 first (two roundings);
 `norm_then_quant_for_v4` is DeepSeek-V4's pre-fusion path, which quantizes the bf16 qr twice.
+Backends: "torch" (reference), "triton" (`triton_fused`, with the unfused Triton baseline in
+`triton_unfused`), "aiter" (`aiter_backend`); neither Triton nor aiter is imported until used.
 """
 
 from __future__ import annotations
 
+from . import aiter_backend, triton_fused  # noqa: F401  (register the "aiter" and "triton" backends)
 from ._inputs import MAX_WIDTH, NormQuantArgs, validate_inputs
 from .reference import (
     AUTO_ORDER,
+    BackendEntry,
     NormQuantResult,
     available_backends,
     fused_qk_rmsnorm_group_quant,
@@ -18,11 +22,13 @@ from .reference import (
     unregister_backend,
 )
 from .rmsnorm import rmsnorm_fp32
+from .triton_unfused import triton_norm_then_quant, triton_norm_then_quant_for_v4
 from .unfused import V4UnfusedResult, aiter_test_reference, norm_then_quant, norm_then_quant_for_v4
 
 __all__ = [
     "AUTO_ORDER",
     "MAX_WIDTH",
+    "BackendEntry",
     "NormQuantArgs",
     "NormQuantResult",
     "V4UnfusedResult",
@@ -34,6 +40,8 @@ __all__ = [
     "register_backend",
     "resolve_backend",
     "rmsnorm_fp32",
+    "triton_norm_then_quant",
+    "triton_norm_then_quant_for_v4",
     "unregister_backend",
     "validate_inputs",
 ]

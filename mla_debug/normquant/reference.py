@@ -5,14 +5,16 @@ straight from the fp32 normalized values - one rounding, where the unfused path 
 rounds to bf16 and quantizes that (two roundings). DeepSeek-V4 on ROCm runs it on (qr, kv) after
 fused_wqa_wkv since vLLM PR #53540.
 
-Backends are looked up in a small registry. This build registers only ``"torch"`` (the reference
-below); faster backends register themselves under their own names and ``"auto"`` picks the first
-registered one of :data:`AUTO_ORDER`.
+Backends are looked up in a small registry, each entry saying which devices it serves: ``"torch"`` (the
+reference below, every device), ``"triton"`` (`triton_fused.py`: CUDA GPUs, or the CPU under
+``TRITON_INTERPRET=1``) and ``"aiter"`` (`aiter_backend.py`: ROCm GPUs with aiter importable). ``"auto"``
+picks the first of :data:`AUTO_ORDER` that serves q's device - never Triton's CPU interpreter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -42,9 +44,26 @@ class NormQuantResult(NamedTuple):
 
 
 Backend = Callable[[NormQuantArgs, bool], NormQuantResult]
+# Why a backend cannot serve tensors on a device (None when it can).
+UnavailableReason = Callable[[torch.device], "str | None"]
+DevicePredicate = Callable[[torch.device], bool]
 
-# Preference of "auto", fastest first; only registered names are considered.
+# Preference of "auto", fastest first, among the backends available for q's device.
 AUTO_ORDER: tuple[str, ...] = ("aiter", "triton", "torch")
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """A registered backend and the devices it serves.
+
+    unavailable_reason(device): None when it can run on tensors on `device`, else why not.
+    interpreted_on(device): True where it runs only through an interpreter (Triton's on the CPU): it
+    then runs when asked for by name, but is not listed as available and never picked by "auto".
+    """
+
+    run: Backend
+    unavailable_reason: UnavailableReason
+    interpreted_on: DevicePredicate
 
 
 def quantize_normed(y: torch.Tensor, args: NormQuantArgs, producer: str) -> QuantizedActivation:
@@ -86,44 +105,109 @@ def _torch_backend(args: NormQuantArgs, return_unquantized: bool) -> NormQuantRe
     )
 
 
-_BACKENDS: dict[str, Backend] = {"torch": _torch_backend}
+def _serves_every_device(device: torch.device) -> str | None:
+    return None
 
 
-def available_backends() -> tuple[str, ...]:
-    """Names of the registered backends, in ``"auto"`` preference order, then any others."""
-    ordered = [name for name in AUTO_ORDER if name in _BACKENDS]
-    return tuple(ordered + sorted(set(_BACKENDS) - set(ordered)))
+def _never(device: torch.device) -> bool:
+    return False
 
 
-def register_backend(name: str, backend: Backend) -> None:
-    """Register `backend` (called with validated `NormQuantArgs` and `return_unquantized`) under `name`."""
+# Built-in backends (torch here; triton and aiter register from their modules) and backends registered
+# with `register_backend`, which take precedence over a built-in of the same name until unregistered.
+_BUILTIN: dict[str, BackendEntry] = {"torch": BackendEntry(_torch_backend, _serves_every_device, _never)}
+_REGISTERED: dict[str, BackendEntry] = {}
+
+
+def _entries() -> dict[str, BackendEntry]:
+    return {**_BUILTIN, **_REGISTERED}
+
+
+def _device(device: torch.device | str | None) -> torch.device:
+    # No device given: tensors created without one land on torch's default device (the CPU unless set).
+    return torch.get_default_device() if device is None else torch.device(device)
+
+
+def available_backends(device: torch.device | str | None = None) -> tuple[str, ...]:
+    """The backends that run natively on tensors on `device` (default: torch's default device), in
+    ``"auto"`` preference order, then any others.
+
+    "torch" serves every device, "triton" CUDA GPUs, "aiter" ROCm GPUs where aiter is importable.
+    Triton's CPU interpreter (``TRITON_INTERPRET=1``) is not listed: it runs only when asked for by name.
+    """
+    where = _device(device)
+    usable = {
+        name
+        for name, entry in _entries().items()
+        if entry.unavailable_reason(where) is None and not entry.interpreted_on(where)
+    }
+    ordered = [name for name in AUTO_ORDER if name in usable]
+    return tuple(ordered + sorted(usable - set(ordered)))
+
+
+def register_backend(
+    name: str,
+    backend: Backend,
+    unavailable_reason: UnavailableReason | None = None,
+    interpreted_on: DevicePredicate | None = None,
+) -> None:
+    """Register `backend` (called with validated `NormQuantArgs` and `return_unquantized`) under `name`.
+
+    By default it serves every device natively; `unavailable_reason` and `interpreted_on` (see
+    `BackendEntry`) narrow that. "auto" considers it at its place in `AUTO_ORDER` (names outside it come
+    after "torch", which serves everything, so "auto" never picks them).
+    A registered backend shadows a built-in one of the same name ("triton", "aiter") until
+    `unregister_backend`; "torch" cannot be replaced.
+    """
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"register_backend: name {name!r} must be a non-empty string other than 'auto'")
-    if name in _BACKENDS and _BACKENDS[name] is not backend:
+    taken = _REGISTERED.get(name) or (_BUILTIN["torch"] if name == "torch" else None)
+    if taken is not None and taken.run is not backend:
         raise ValueError(f"register_backend: a backend named {name!r} is already registered")
-    _BACKENDS[name] = backend
+    _REGISTERED[name] = BackendEntry(backend, unavailable_reason or _serves_every_device, interpreted_on or _never)
+
+
+def register_builtin_backend(
+    name: str, backend: Backend, unavailable_reason: UnavailableReason, interpreted_on: DevicePredicate = _never
+) -> None:
+    """Register one of the library's own backends (its module does this when imported)."""
+    _BUILTIN[name] = BackendEntry(backend, unavailable_reason, interpreted_on)
 
 
 def unregister_backend(name: str) -> None:
-    """Remove a backend registered with `register_backend`; the torch reference cannot be removed."""
+    """Remove a backend registered with `register_backend` (a built-in one of that name serves again);
+    the torch reference cannot be removed."""
     if name == "torch":
         raise ValueError("unregister_backend: the 'torch' reference backend cannot be removed")
-    _BACKENDS.pop(name, None)
+    _REGISTERED.pop(name, None)
 
 
-def resolve_backend(backend: str) -> str:
-    """The registered backend a `backend` argument selects ("auto" -> first registered of AUTO_ORDER)."""
+def _require_name(backend: object) -> str:
     if not isinstance(backend, str):
         raise TypeError(f"{OP}: backend must be a string, got {type(backend).__name__}")
-    registered = available_backends()
+    return backend
+
+
+def resolve_backend(backend: str, device: torch.device | str | None = None) -> str:
+    """The backend a `backend` argument selects for tensors on `device` (default: torch's default device).
+
+    "auto" picks the first available one (`available_backends`) in `AUTO_ORDER`: aiter on a ROCm GPU
+    with aiter, Triton on a CUDA GPU, else torch - never an interpreter. A name that cannot serve the
+    device raises a ValueError saying why and listing the available ones.
+    """
+    _require_name(backend)
+    where = _device(device)
     if backend == "auto":
-        return next(name for name in AUTO_ORDER + registered if name in _BACKENDS)
-    if backend not in _BACKENDS:
-        auto = resolve_backend("auto")
+        return available_backends(where)[0]  # "torch" serves every device
+    entry = _entries().get(backend)
+    reason = None if entry is None else entry.unavailable_reason(where)
+    if entry is None or reason is not None:
+        why = "" if entry is None else f" for {where.type} tensors: {reason}"
         raise ValueError(
-            f"{OP}: backend={backend!r} is not available here: no implementation is registered under "
-            f"that name. Registered backends: {', '.join(registered)}; 'auto' picks the first registered "
-            f"of {', '.join(AUTO_ORDER)} (now {auto!r})"
+            f"{OP}: backend={backend!r} is not available here: no implementation is registered under that "
+            f"name{why}. Registered backends: {', '.join(available_backends(where))}; those serve {where.type} "
+            f"tensors here, and 'auto' picks the first of {', '.join(AUTO_ORDER)} among them "
+            f"(now {resolve_backend('auto', where)!r})"
         )
     return backend
 
@@ -156,12 +240,16 @@ def fused_qk_rmsnorm_group_quant(
     read as fp32. q_unquantized and residual_sum are stored in q's dtype (bf16 in the models), k_normed
     in k's. Bad input raises ValueError/TypeError naming the argument, its shape and the rule.
 
+    `backend`: "auto" (aiter on a ROCm GPU with aiter, Triton on a CUDA GPU, else torch), or one of
+    `available_backends(q.device)`; every backend gives the torch reference's bits (aiter: its own).
+
     Returns ``NormQuantResult(q_quant, k_normed, q_unquantized, residual_sum)``.
 
     >>> qa, kn, _, _ = fused_qk_rmsnorm_group_quant(qr, q_norm_w, 1e-6, kv, kv_norm_w, transpose_scale=True)
     """
-    chosen = resolve_backend(backend)
+    _require_name(backend)
     args = validate_inputs(
         OP, q, q_weight, q_eps, k, k_weight, k_eps, residual, group_size, transpose_scale, fmt, flavor, gemma_norm
     )
-    return _BACKENDS[chosen](args, bool(return_unquantized))
+    chosen = resolve_backend(backend, args.q.device)
+    return _entries()[chosen].run(args, bool(return_unquantized))

@@ -1,0 +1,468 @@
+"""Triton source of the norm + quant kernels (loaded by `_triton_support.kernels`, never imported directly).
+
+One file holds the fused kernel and the two kernels of the unfused baseline, because they share the
+device functions that fix the numerics - the same rounding steps as the torch reference (`rmsnorm.py`,
+`numerics/quantize.py`), so results agree bit for bit:
+
+- squares summed in float64 and the mean rounded once to fp32; ``sqrt_rn`` and ``div_rn`` give the
+  correctly rounded root and reciprocal (plain ``/`` and ``rsqrt`` are approximate on NVIDIA GPUs);
+- ``y = (s * r) * w`` in that order; the group amax propagates NaN like torch's ``amax``;
+- fp8 bytes from the fp32 quotient; e4m3fnuz has no NVIDIA type and is made from the e4m3fn byte of
+  twice the value (fnuz bits b encode half the fn value of b), with the few codes that differ fixed up.
+
+SOFT switches the fp32 -> fp8/bf16 conversions (and the bf16 -> fp32 load) from the hardware's to
+integer arithmetic with the same round-to-nearest-even result. The Triton interpreter needs it: its
+numpy conversions truncate to bf16 and round fp8 wrongly (1.97 -> 1.0, NaN -> 384). On a GPU it is a
+cross-check of the hardware path.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# ------------------------------------------------------------------------------------------------
+# conversions
+
+
+@triton.jit
+def _load_f32(ptrs, mask, SOFT: tl.constexpr):
+    """Load and widen to fp32 (exact for every input dtype)."""
+    x = tl.load(ptrs, mask=mask, other=0.0)
+    y = x.to(tl.float32)
+    if SOFT:
+        if x.dtype == tl.bfloat16:
+            # bf16 is the top half of an fp32 word
+            y = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    return y
+
+
+@triton.jit
+def _round_to(y, dtype: tl.constexpr, SOFT: tl.constexpr):
+    """fp32 -> `dtype`, round to nearest even."""
+    out = y.to(dtype)
+    if SOFT:
+        if dtype == tl.bfloat16:
+            bits = y.to(tl.uint32, bitcast=True)
+            rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # a carry into the exponent is right
+            rounded = tl.where(y != y, (bits >> 16) | 0x40, rounded)  # NaN stays (quiet) NaN
+            out = rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return out
+
+
+@triton.jit
+def _soft_e4m3fn(v):
+    """fp32 -> e4m3fn byte (int32), round to nearest even, saturating to +-448 (cvt.rn.satfinite)."""
+    bits = v.to(tl.uint32, bitcast=True)
+    sign = (bits >> 31).to(tl.int32)
+    mag = (bits & 0x7FFFFFFF).to(tl.int32)
+    # normal range (>= 2^-6): round the fp32 mantissa to 3 bits by integer addition, then rebias
+    # the exponent from 127 to 7 (120 << 3 = 960)
+    normal = ((mag + 0x7FFFF + ((mag >> 20) & 1)) >> 20) - 960
+    # subnormal range: a count of 2^-9 quanta, rounded to nearest even by the 2^23 trick (exact)
+    scaled = tl.abs(v) * 512.0
+    sub = ((scaled + 8388608.0) - 8388608.0).to(tl.int32)
+    byte = tl.where(mag >= 0x3C800000, normal, sub)
+    byte = tl.where(mag >= 0x43E00000, 0x7E, byte)  # |v| >= 448 (Inf included) saturates
+    byte = tl.where(mag > 0x7F800000, 0x7F, byte)  # NaN
+    return byte | (sign << 7)
+
+
+@triton.jit
+def _fp8_bytes(v, FNUZ: tl.constexpr, SOFT: tl.constexpr):
+    """fp32 quotients -> fp8 bytes (uint8): e4m3fn saturating, or e4m3fnuz like torch's cast."""
+    w = v
+    if FNUZ:
+        w = v * 2.0  # exact; the fn byte of 2v is the fnuz byte of v for |v| <= 232
+    if SOFT:
+        byte = _soft_e4m3fn(w)
+    else:
+        byte = w.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
+    if FNUZ:
+        a = tl.abs(v)
+        byte = tl.where(byte == 0x80, 0, byte)  # fnuz has no -0 (0x80 is its NaN)
+        # (232, 248) rounds to 240, which fn cannot hold as 480; 232 itself ties to even (224)
+        byte = tl.where(a > 232.0, tl.where(v < 0, 0xFF, 0x7F), byte)
+        byte = tl.where((a >= 248.0) | (v != v), 0x80, byte)  # beyond 240 (Inf included) and NaN
+    return byte.to(tl.uint8)
+
+
+# ------------------------------------------------------------------------------------------------
+# norm and quant
+
+
+@triton.jit
+def _max_propagating_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _inv_rms(s, N: tl.constexpr, eps, AXES: tl.constexpr):
+    """1 / sqrt(fp32(sum(s^2) / N) + eps) per row; squares of fp32 are exact in float64."""
+    s64 = s.to(tl.float64)
+    sq = s64 * s64
+    if AXES == 2:
+        total = tl.sum(tl.sum(sq, axis=2), axis=1)
+    else:
+        total = tl.sum(sq, axis=1)
+    mean = (total / N).to(tl.float32)
+    return tl.div_rn(tl.full(mean.shape, 1.0, tl.float32), tl.sqrt_rn(mean + eps))
+
+
+@triton.jit
+def _weight_f32(w_ptrs, mask, GEMMA: tl.constexpr, SOFT: tl.constexpr):
+    w = _load_f32(w_ptrs, mask, SOFT)
+    if GEMMA:
+        w = w + 1.0
+    return w
+
+
+@triton.jit
+def _quantize_store(
+    y,
+    mask,
+    rows,
+    groups,
+    out_ptrs,
+    scale_ptr,
+    stride_sm,
+    stride_sg,
+    ovf_ptr,
+    M,
+    G: tl.constexpr,
+    FNUZ: tl.constexpr,
+    FMT_MAX: tl.constexpr,
+    FLOOR: tl.constexpr,
+    MUL_RECIP: tl.constexpr,
+    CLAMP: tl.constexpr,
+    COUNT_OVF: tl.constexpr,
+    OVF_AT: tl.constexpr,
+    OVF_TIE_UP: tl.constexpr,
+    SOFT: tl.constexpr,
+):
+    """Quantize fp32 y (BLOCK_M, groups, group size) per group; store bytes, scales, overflow count."""
+    amax = tl.reduce(tl.abs(y), 2, _max_propagating_nan)
+    amax = tl.where(amax < FLOOR, FLOOR, amax)  # NaN stays NaN, as with torch's clamp_min
+    scale = tl.div_rn(amax, tl.full(amax.shape, FMT_MAX, tl.float32))
+    if MUL_RECIP:
+        inv = tl.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+        t = y * inv[:, :, None]
+    else:
+        t = tl.div_rn(y, tl.broadcast_to(scale[:, :, None], y.shape))
+    if CLAMP:
+        # comparisons, not min/max: NaN must pass through
+        t = tl.where(t > FMT_MAX, FMT_MAX, t)
+        t = tl.where(t < -FMT_MAX, -FMT_MAX, t)
+    tl.store(out_ptrs, _fp8_bytes(t, FNUZ, SOFT), mask=mask)
+    scale_mask = (rows[:, None] < M) & (groups[None, :] < G)
+    scale_offs = rows[:, None].to(tl.int64) * stride_sm + groups[None, :].to(tl.int64) * stride_sg
+    tl.store(scale_ptr + scale_offs, scale, mask=scale_mask)
+    if COUNT_OVF:
+        # finite quotients the cast cannot represent (NaN on e4m3fnuz, saturated on e4m3fn)
+        a = tl.abs(t)
+        beyond = a > OVF_AT
+        if OVF_TIE_UP:
+            beyond = a >= OVF_AT
+        hits = beyond & (a < float("inf")) & mask
+        tl.atomic_add(ovf_ptr, tl.sum(hits.to(tl.int32), axis=None))
+
+
+@triton.jit
+def _q_rows(
+    pid,
+    q_ptr,
+    q_w_ptr,
+    res_ptr,
+    q_out_ptr,
+    scale_ptr,
+    unq_ptr,
+    res_out_ptr,
+    ovf_ptr,
+    M,
+    stride_q,
+    stride_res,
+    stride_sm,
+    stride_sg,
+    q_eps,
+    N1: tl.constexpr,
+    GS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    NG: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    HAS_UNQ: tl.constexpr,
+    GEMMA: tl.constexpr,
+    FNUZ: tl.constexpr,
+    FMT_MAX: tl.constexpr,
+    FLOOR: tl.constexpr,
+    MUL_RECIP: tl.constexpr,
+    CLAMP: tl.constexpr,
+    COUNT_OVF: tl.constexpr,
+    OVF_AT: tl.constexpr,
+    OVF_TIE_UP: tl.constexpr,
+    SOFT: tl.constexpr,
+):
+    # (rows, groups, lanes) tiles: a group's amax is a reduction over the last axis, no reshapes
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    groups = tl.arange(0, NG)
+    cols = groups[None, :, None] * GS + tl.arange(0, GS)[None, None, :]
+    r3 = rows[:, None, None].to(tl.int64)  # row offsets can pass 2^31 elements
+    mask = (r3 < M) & (cols < N1)
+    s = _load_f32(q_ptr + r3 * stride_q + cols, mask, SOFT)
+    if HAS_RES:
+        s = s + _load_f32(res_ptr + r3 * stride_res + cols, mask, SOFT)
+        tl.store(res_out_ptr + r3 * N1 + cols, _round_to(s, res_out_ptr.dtype.element_ty, SOFT), mask=mask)
+    r = _inv_rms(s, N1, q_eps, 2)
+    w = _weight_f32(q_w_ptr + cols, cols < N1, GEMMA, SOFT)
+    y = (s * r[:, None, None]) * w
+    if HAS_UNQ:
+        tl.store(unq_ptr + r3 * N1 + cols, _round_to(y, unq_ptr.dtype.element_ty, SOFT), mask=mask)
+    _quantize_store(
+        y,
+        mask,
+        rows,
+        groups,
+        q_out_ptr + r3 * N1 + cols,
+        scale_ptr,
+        stride_sm,
+        stride_sg,
+        ovf_ptr,
+        M,
+        N1 // GS,
+        FNUZ,
+        FMT_MAX,
+        FLOOR,
+        MUL_RECIP,
+        CLAMP,
+        COUNT_OVF,
+        OVF_AT,
+        OVF_TIE_UP,
+        SOFT,
+    )
+
+
+@triton.jit
+def _norm_rows(
+    pid,
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    M,
+    stride_x,
+    eps,
+    N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GEMMA: tl.constexpr,
+    SOFT: tl.constexpr,
+):
+    """Normalize rows of x into the contiguous out, rounded to out's dtype (k; the unfused q)."""
+    rows = (pid * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    s = _load_f32(x_ptr + rows[:, None] * stride_x + cols[None, :], mask, SOFT)
+    r = _inv_rms(s, N, eps, 1)
+    w = _weight_f32(w_ptr + cols, cols < N, GEMMA, SOFT)
+    y = (s * r[:, None]) * w[None, :]
+    tl.store(out_ptr + rows[:, None] * N + cols[None, :], _round_to(y, out_ptr.dtype.element_ty, SOFT), mask=mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# kernels
+
+
+@triton.jit
+def fused_norm_quant_kernel(
+    q_ptr,
+    q_w_ptr,
+    res_ptr,
+    k_ptr,
+    k_w_ptr,
+    q_out_ptr,
+    scale_ptr,
+    unq_ptr,
+    res_out_ptr,
+    k_out_ptr,
+    ovf_ptr,
+    M,
+    stride_q,
+    stride_res,
+    stride_k,
+    stride_sm,
+    stride_sg,
+    q_eps,
+    k_eps,
+    N1: tl.constexpr,
+    N2: tl.constexpr,
+    GS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    NG: tl.constexpr,
+    BLOCK_N2: tl.constexpr,
+    HAS_K: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    HAS_UNQ: tl.constexpr,
+    GEMMA: tl.constexpr,
+    FNUZ: tl.constexpr,
+    FMT_MAX: tl.constexpr,
+    FLOOR: tl.constexpr,
+    MUL_RECIP: tl.constexpr,
+    CLAMP: tl.constexpr,
+    COUNT_OVF: tl.constexpr,
+    OVF_AT: tl.constexpr,
+    OVF_TIE_UP: tl.constexpr,
+    SOFT: tl.constexpr,
+):
+    """One launch for q and k: program (i, 0) normalizes and quantizes q rows [i*BLOCK_M, ...),
+    program (i, 1) normalizes the same k rows."""
+    pid = tl.program_id(0)
+    if tl.program_id(1) == 0:
+        _q_rows(
+            pid,
+            q_ptr,
+            q_w_ptr,
+            res_ptr,
+            q_out_ptr,
+            scale_ptr,
+            unq_ptr,
+            res_out_ptr,
+            ovf_ptr,
+            M,
+            stride_q,
+            stride_res,
+            stride_sm,
+            stride_sg,
+            q_eps,
+            N1,
+            GS,
+            BLOCK_M,
+            NG,
+            HAS_RES,
+            HAS_UNQ,
+            GEMMA,
+            FNUZ,
+            FMT_MAX,
+            FLOOR,
+            MUL_RECIP,
+            CLAMP,
+            COUNT_OVF,
+            OVF_AT,
+            OVF_TIE_UP,
+            SOFT,
+        )
+    else:
+        if HAS_K:
+            _norm_rows(pid, k_ptr, k_w_ptr, k_out_ptr, M, stride_k, k_eps, N2, BLOCK_M, BLOCK_N2, GEMMA, SOFT)
+
+
+@triton.jit
+def rmsnorm_kernel(
+    q_ptr,
+    q_w_ptr,
+    res_ptr,
+    k_ptr,
+    k_w_ptr,
+    q_out_ptr,
+    res_out_ptr,
+    k_out_ptr,
+    M,
+    stride_q,
+    stride_res,
+    stride_k,
+    q_eps,
+    k_eps,
+    N1: tl.constexpr,
+    N2: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N1: tl.constexpr,
+    BLOCK_N2: tl.constexpr,
+    HAS_K: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    GEMMA: tl.constexpr,
+    SOFT: tl.constexpr,
+):
+    """The unfused path's first launch: q (plus residual) and k rows normalized and stored rounded."""
+    pid = tl.program_id(0)
+    if tl.program_id(1) == 0:
+        if HAS_RES:
+            # add the residual once, store the rounded sum, then normalize the fp32 sum
+            rows = (pid * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+            cols = tl.arange(0, BLOCK_N1)
+            mask = (rows[:, None] < M) & (cols[None, :] < N1)
+            offs = rows[:, None] * stride_q + cols[None, :]
+            s = _load_f32(q_ptr + offs, mask, SOFT)
+            s = s + _load_f32(res_ptr + rows[:, None] * stride_res + cols[None, :], mask, SOFT)
+            out_offs = rows[:, None] * N1 + cols[None, :]
+            tl.store(res_out_ptr + out_offs, _round_to(s, res_out_ptr.dtype.element_ty, SOFT), mask=mask)
+            r = _inv_rms(s, N1, q_eps, 1)
+            w = _weight_f32(q_w_ptr + cols, cols < N1, GEMMA, SOFT)
+            y = (s * r[:, None]) * w[None, :]
+            tl.store(q_out_ptr + out_offs, _round_to(y, q_out_ptr.dtype.element_ty, SOFT), mask=mask)
+        else:
+            _norm_rows(pid, q_ptr, q_w_ptr, q_out_ptr, M, stride_q, q_eps, N1, BLOCK_M, BLOCK_N1, GEMMA, SOFT)
+    else:
+        if HAS_K:
+            _norm_rows(pid, k_ptr, k_w_ptr, k_out_ptr, M, stride_k, k_eps, N2, BLOCK_M, BLOCK_N2, GEMMA, SOFT)
+
+
+@triton.jit
+def group_quant_kernel(
+    x_ptr,
+    out_ptr,
+    scale_ptr,
+    ovf_ptr,
+    M,
+    stride_x,
+    stride_sm,
+    stride_sg,
+    N: tl.constexpr,
+    GS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    NG: tl.constexpr,
+    FNUZ: tl.constexpr,
+    FMT_MAX: tl.constexpr,
+    FLOOR: tl.constexpr,
+    MUL_RECIP: tl.constexpr,
+    CLAMP: tl.constexpr,
+    COUNT_OVF: tl.constexpr,
+    OVF_AT: tl.constexpr,
+    OVF_TIE_UP: tl.constexpr,
+    SOFT: tl.constexpr,
+):
+    """Per-1xGS group quant of stored (bf16) rows: the unfused path's second and third launches."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    groups = tl.arange(0, NG)
+    cols = groups[None, :, None] * GS + tl.arange(0, GS)[None, None, :]
+    r3 = rows[:, None, None].to(tl.int64)
+    mask = (r3 < M) & (cols < N)
+    y = _load_f32(x_ptr + r3 * stride_x + cols, mask, SOFT)
+    _quantize_store(
+        y,
+        mask,
+        rows,
+        groups,
+        out_ptr + r3 * N + cols,
+        scale_ptr,
+        stride_sm,
+        stride_sg,
+        ovf_ptr,
+        M,
+        N // GS,
+        FNUZ,
+        FMT_MAX,
+        FLOOR,
+        MUL_RECIP,
+        CLAMP,
+        COUNT_OVF,
+        OVF_AT,
+        OVF_TIE_UP,
+        SOFT,
+    )
+
+
+@triton.jit
+def convert_kernel(x_ptr, fp8_ptr, bf16_ptr, N, FNUZ: tl.constexpr, SOFT: tl.constexpr, BLOCK: tl.constexpr):
+    """The kernels' fp32 -> fp8 byte and fp32 -> bf16 conversions on a flat array (for tests)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(fp8_ptr + offs, _fp8_bytes(x, FNUZ, SOFT), mask=mask)
+    tl.store(bf16_ptr + offs, _round_to(x, tl.bfloat16, SOFT), mask=mask)
