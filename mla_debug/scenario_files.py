@@ -35,6 +35,8 @@ from .kernels import Kernel, TunedTable, kernel_class, parse_disabled
 from .model.behaviour import ModelBehaviour
 from .numerics import quant_flavor
 
+NORM_QUANT_BACKENDS = ("auto", "torch", "triton", "aiter")
+
 SUFFIXES = (".yml", ".yaml", ".json")
 
 # Every accepted key and the type it takes, in words: the error messages quote these.
@@ -47,7 +49,7 @@ KEYS: dict[str, str] = {
     "disabled": "a list of kernel names or one comma-separated string",
     "overrides": "a mapping {layer name: kernel name}",
     "kernel_options": "a mapping {kernel name: {option: value}}",
-    "behaviour": "a mapping {ModelBehaviour field: bool}",
+    "behaviour": "a mapping {ModelBehaviour field: bool, or v4_norm_quant_backend: name}",
     "tuned": "a path or a list of paths (aiter tuned CSV files or a configs/ folder)",
 }
 
@@ -216,12 +218,15 @@ def _kernel_options(where: str, value: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _behaviour(where: str, value: Any) -> dict[str, bool]:
+def _behaviour(where: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise _type_error(where, "behaviour", value, KEYS["behaviour"])
     _reject_unknown(where, "behaviour field(s)", value, [f.name for f in fields(ModelBehaviour)])
     for flag, setting in value.items():
-        if not isinstance(setting, bool):
+        if flag == "v4_norm_quant_backend":
+            if setting not in NORM_QUANT_BACKENDS:
+                raise _type_error(where, f"behaviour.{flag}", setting, f"one of {', '.join(NORM_QUANT_BACKENDS)}")
+        elif not isinstance(setting, bool):
             raise _type_error(where, f"behaviour.{flag}", setting, "a bool (true or false)")
     return dict(value)
 

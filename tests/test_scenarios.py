@@ -19,7 +19,7 @@ EMBEDDED = md.TunedTable.embedded()
 REGISTRY = f"registered kernels: {', '.join(md.kernel_names())}"
 BEHAVIOUR_FIELDS = (
     "v4_fused_norm_quant, v4_fused_transpose_scale, v4_ask_consumers, v4_model_preshuffle, "
-    "skip_model_shuffle_if_kernel_preshuffles"
+    "skip_model_shuffle_if_kernel_preshuffles, v4_norm_quant_backend"
 )
 VALID_KEYS = (
     "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned"
@@ -82,7 +82,10 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
         disabled=("cublas-blockwise", "aiter-bpreshuffle"),
         overrides={"kv_b_proj": "torch-reference", "o_proj": "aiter-blockscale"},
         kernel_options={"aiter-blockscale": {"accumulation": "dequant", "flavor": "vllm"}},
-        behaviour=ModelBehaviour(**{f: True for f in ModelBehaviour.__dataclass_fields__}),
+        behaviour=ModelBehaviour(
+            **{f: True for f in ModelBehaviour.__dataclass_fields__ if f != "v4_norm_quant_backend"},
+            v4_norm_quant_backend="torch",
+        ),
         tuned_path=str(csv_path),
     )
     # Precondition: every field but priority (checked below; it excludes preshuffled_first) is non-default.
@@ -224,6 +227,11 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
             "behaviour",
             {"v4_ask_consumers": "true"},
             "'behaviour.v4_ask_consumers' must be a bool (true or false), got 'true' (str)",
+        ),
+        (
+            "behaviour",
+            {"v4_norm_quant_backend": "cuda"},
+            "'behaviour.v4_norm_quant_backend' must be one of auto, torch, triton, aiter, got 'cuda' (str)",
         ),
         (
             "kernel_options",

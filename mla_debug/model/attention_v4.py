@@ -16,7 +16,7 @@ import torch
 
 from ..kernels import get_kernel
 from ..layouts import ContractViolation, ScaleLayout, ViolationKind
-from ..normquant import fused_qk_rmsnorm_group_quant
+from ..normquant import fused_qk_rmsnorm_group_quant, resolve_backend
 from .attention_math import attend, causal_mask
 from .linear import QuantizedLinear
 from .norms import rms_norm
@@ -133,6 +133,7 @@ class AttentionV4Rank(RankLayer):
             return self.record("q_norm", s["qr"], kernel="rmsnorm (unfused, bf16)", notes=notes)
         kv = s["wqa_wkv"][:, cfg.q_lora_rank :]
         fmt = self.linears["wq_b"].block.weight.fmt
+        backend = resolve_backend(self.behaviour.v4_norm_quant_backend, qr.device)
         q_quant, kv_normed, q_unquantized, _ = fused_qk_rmsnorm_group_quant(
             qr,
             self.norms["q_norm"],
@@ -143,12 +144,13 @@ class AttentionV4Rank(RankLayer):
             transpose_scale=layout is ScaleLayout.COL_MAJOR,
             fmt=fmt,
             return_unquantized=True,
+            backend=backend,
         )
         s["qr"], s["qr_quant"], s["kv_fused"] = q_unquantized, q_quant, kv_normed
         return self.record(
             "q_norm",
             q_unquantized,
-            kernel="fused_qk_rmsnorm_group_quant",
+            kernel=f"fused_qk_rmsnorm_group_quant ({backend})",
             scale_layout=f"{layout.name} written",
             notes=notes,
             violations=violations,

@@ -18,6 +18,8 @@ class ModelBehaviour:
         preshuffled GEMM directly.
     skip_model_shuffle_if_kernel_preshuffles: PR #56433 - the model does not shuffle a weight its
         kernel already preshuffled.
+    v4_norm_quant_backend: which implementation runs the fused producer ("auto": the Triton kernel on
+        NVIDIA GPUs, aiter's on ROCm, the torch reference on the CPU; or "torch" / "triton" / "aiter").
     """
 
     v4_fused_norm_quant: bool = False
@@ -25,3 +27,4 @@ class ModelBehaviour:
     v4_ask_consumers: bool = False
     v4_model_preshuffle: bool = False
     skip_model_shuffle_if_kernel_preshuffles: bool = False
+    v4_norm_quant_backend: str = "auto"

@@ -1,7 +1,9 @@
-"""Plots, styled tables and the HTML report of a TP triage; timelines and tables of kernel traces.
+"""Plots, styled tables and the HTML report of a TP triage; timelines and tables of kernel traces;
+plots of the fused norm+quant accuracy study.
 
     from mla_debug.viz import error_heatmap, block_heatmap, summary_styler, steps_styler, write_html
     from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler
+    from mla_debug.viz import group_error_heatmap, error_histogram
 
 plotly and pandas are imported inside the functions, so importing this package needs neither.
 """
@@ -9,6 +11,7 @@ plotly and pandas are imported inside the functions, so importing this package n
 from __future__ import annotations
 
 from .heatmaps import block_heatmap, error_heatmap
+from .normquant_plots import error_histogram, group_error_heatmap
 from .report import render_html, write_html
 from .tables import steps_styler, summary_styler
 from .timeline import short_name, step_bars, timeline
@@ -17,6 +20,8 @@ from .trace_tables import kernel_table_styler, trace_diff_styler
 __all__ = [
     "block_heatmap",
     "error_heatmap",
+    "error_histogram",
+    "group_error_heatmap",
     "kernel_table_styler",
     "render_html",
     "short_name",

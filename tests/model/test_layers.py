@@ -162,10 +162,29 @@ def test_v4_fused_producer_feeds_both_consumers(tiny_v4):
     cfg, ckpt = tiny_v4
     hidden, positions = tokens(cfg)
     baseline = md.run_layer(cfg, ckpt, hidden, positions, platform="mi355x", scenario="vllm-baseline")
-    assert baseline.records["q_norm"].kernel == "fused_qk_rmsnorm_group_quant"
+    assert baseline.records["q_norm"].kernel == "fused_qk_rmsnorm_group_quant (torch)"
     assert not any(v.effective for v in baseline.violations)
     reference = md.run_layer(cfg, ckpt, hidden, positions)
     assert rel(baseline.records["wq_b"].output, reference.records["wq_b"].output) < 0.05
+
+
+def test_v4_scenario_chooses_the_producer_backend(tiny_v4):
+    """The Triton producer (the interpreter on CPU-only machines, compiled on a GPU) gives the layer
+    bitwise the torch producer's output: same rounding steps, same bytes."""
+    pytest.importorskip("triton")
+    cfg, ckpt = tiny_v4
+    hidden, positions = tokens(cfg, n=4)
+    base = md.scenario("vllm-baseline")
+    runs = {}
+    for backend in ("torch", "triton"):
+        scen = md.scenario(
+            {"base": "vllm-baseline", "name": f"b-{backend}", "behaviour": {"v4_norm_quant_backend": backend}}
+        )
+        assert scen.behaviour.v4_fused_norm_quant == base.behaviour.v4_fused_norm_quant
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        runs[backend] = md.run_layer(cfg, ckpt, hidden, positions, platform="mi355x", scenario=scen, device=device)
+        assert runs[backend].records["q_norm"].kernel == f"fused_qk_rmsnorm_group_quant ({backend})"
+    assert torch.equal(runs["torch"].output, runs["triton"].output)
 
 
 def dense_twin(cfg, ckpt):
