@@ -3,10 +3,11 @@ cuBLAS scaled_mm blockwise, and a bf16 torch.matmul of the same shape.
 
   PYTHONPATH=. python3 benchmarks/gemm_bench.py --out gemm_bench.md [--quick] [--autotune]
 
-Every variant is first checked against the fp32 reference of the same quantized operands (within the
-bound of fp32 accumulation order) on fresh data. Times are medians of CUDA-event-timed calls with the L2
-cache flushed before each (a 1 GB write outside the timed region), so small-M weight streams come from
-HBM as in serving. cuBLAS needs M % 4 == 0 (measured, see RESULTS.md): its activation is padded to a
+Every variant is first checked against the fp64 product of the same quantized operands on fresh data:
+elements beyond the fp32-accumulation bound + 1 bf16 ulp are reported, and the run stops if one exceeds
+it by more than Hopper's tensor-core accumulation allowance (see `check`).
+Times are medians of CUDA-event-timed calls with the L2 cache flushed before each (a 1 GB write outside
+the timed region), so small-M weight streams come from HBM as in serving. cuBLAS needs M % 4 == 0 (measured, see RESULTS.md): its activation is padded to a
 multiple of 4 rows outside the timed region, so cuBLAS is timed at its best. Prints a markdown table
 (TFLOP/s; GB/s of the bytes that must move for M <= 64; ratios) and the issue's targets.
 """
@@ -61,17 +62,38 @@ def operands(m: int, n: int, k: int, gen: torch.Generator):
     return w.cuda().to(torch.bfloat16), x.cuda(), qw, qa
 
 
-def check(name: str, out: torch.Tensor, qa: md.QuantizedActivation, qw: md.QuantizedWeight) -> None:
-    """`out` within the fp32-accumulation bound of the fp32 reference (per element), or exit loudly."""
+# Hopper's fp8 tensor cores keep about 14 bits while adding the products inside an MMA (DeepSeek-V3
+# technical report, 3.3.2); the kernels promote to fp32 after every 128-wide K block, so each block's
+# dot may be off by up to ~2^-13 of its sum of |products| beyond what fp32 accumulation explains.
+TENSOR_CORE_REL = 2.0**-13
+
+
+def check(name: str, out: torch.Tensor, qa: md.QuantizedActivation, qw: md.QuantizedWeight) -> str:
+    """Compare `out` with the fp64 product of the same quantized operands element by element. Bound: fp32
+    accumulation in any order, 2 (K + 3) 2^-24 sum|x w|, plus one bf16 ulp of the output. Elements beyond
+    it are reported with their excess as a fraction of the tensor-core allowance TENSOR_CORE_REL sum|x w|;
+    the run stops when any element exceeds bound + allowance, which no accumulation explains (a wrong
+    layout is off by whole magnitudes)."""
     x = qa.dequantize().double()
     w = qw.dequantize_plain().double()
     exact = x @ w.t()
-    bound = 2 * (qa.k + 3) * 2.0**-24 * (x.abs() @ w.abs().t())
+    magnitude = x.abs() @ w.abs().t()
+    bound = 2 * (qa.k + 3) * 2.0**-24 * magnitude
     larger = torch.maximum(exact.abs(), out.double().abs())  # the bf16 rounding is an ulp of the larger
     ulp = torch.exp2(torch.floor(torch.log2(larger.clamp_min(2.0**-126))) - 7)
-    excess = ((out.double() - exact).abs() - bound - ulp).max().item()
-    if not math.isfinite(excess) or excess > 0:
-        sys.exit(f"{name}: outside the fp32 accumulation bound by {excess:g} at M={qa.m}, N={qw.n}, K={qw.k}")
+    excess = ((out.double() - exact).abs() - bound - ulp) / (TENSOR_CORE_REL * magnitude)
+    worst = excess.max().item()
+    if not math.isfinite(worst) or worst > 1:
+        sys.exit(
+            f"{name}: beyond the fp32 bound by {worst:.2f}x the tensor-core allowance at M={qa.m}, N={qw.n}, K={qw.k}"
+        )
+    outside = int((excess > 0).sum())
+    if not outside:
+        return ""
+    return (
+        f"{name} {qw.n}x{qw.k} M={qa.m}: {outside} of {exact.numel()} elements beyond the fp32 bound + 1 ulp, "
+        f"worst by {worst:.3f} of the tensor-core allowance"
+    )
 
 
 def cublas_call(qa: md.QuantizedActivation, qw: md.QuantizedWeight):
@@ -112,15 +134,14 @@ def run_case(m, n, k, gen, timer, tune: bool) -> dict:
         "cublas": cublas_call(qa, qw),
         "bf16": lambda: torch.matmul(x_bf16, w_bf16.t()),
     }
-    for name in ("triton", "triton_preshuffled", "cublas"):
-        check(name, variants[name](), qa, qw)
-    row = dict(N=n, K=k, M=m, config=str(launch_config(m, n, k, torch.device("cuda"))))
+    notes = [check(name, variants[name](), qa, qw) for name in ("triton", "triton_preshuffled", "cublas")]
+    row = dict(N=n, K=k, M=m, config=str(launch_config(m, n, k, torch.device("cuda"))), notes=[x for x in notes if x])
     if tune:
         best, times = autotune(m, n, k)
         row["tuned_config"] = str(best)
         ranked = sorted(times.items(), key=lambda kv: kv[1] if kv[1] == kv[1] else 1e9)
         print(f"  autotune {n}x{k} M={m}: " + ", ".join(f"{c} {t * 1e3:.0f}us" for c, t in ranked[:12]), flush=True)
-        check("triton (tuned)", variants["triton"](), qa, qw)
+        row["notes"].append(check("triton (tuned)", variants["triton"](), qa, qw))
     flops = 2.0 * m * n * k
     moved = m * k + n * k + 2 * m * n + 4 * (m * k // 128 + n * k // 128 // 128)
     for name, fn in variants.items():
@@ -211,7 +232,12 @@ def main() -> None:
         f"triton {triton.__version__}; median of {args.reps} CUDA-event-timed calls, L2 flushed; "
         f"{time.perf_counter() - start:.0f} s"
     )
-    text = f"{header}\n\n{table(rows)}\n\n{targets(rows)}\n"
+    notes = [note for r in rows for note in r["notes"] if note] or ["every element within the fp32 bound + 1 ulp"]
+    text = (
+        f"{header}\n\n{table(rows)}\n\n{targets(rows)}\n\nAccuracy checks:\n"
+        + "\n".join(f"- {n}" for n in notes)
+        + "\n"
+    )
     print(text)
     if args.out:
         Path(args.out).write_text(text)

@@ -12,32 +12,13 @@ from __future__ import annotations
 import argparse
 
 import torch
+from normquant_bench import time_graph  # benchmarks/ is on sys.path when this file runs as a script
 
 from mla_debug.normquant import _triton_support as support
 from mla_debug.normquant import triton_fused
 from mla_debug.normquant._inputs import validate_inputs
 
 SHAPES = {"V4-Flash": (1024, 512), "V4-Pro/R1-MLA": (1536, 512)}
-
-
-def graph_us(fn, calls: int = 50, replays: int = 10) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> None:
@@ -67,9 +48,11 @@ def main() -> None:
                         print(f"  {cfg}: {type(err).__name__}")
                         continue
                     assert torch.equal(out.q_bytes, base_out.q_bytes) and torch.equal(out.scale, base_out.scale), cfg
-                    results.append((graph_us(launch), str(cfg)))
+                    us = time_graph(launch, 50, 10)
+                    if us is not None:
+                        results.append((us, str(cfg)))
             results.sort()
-            base = graph_us(triton_fused.make_launch(nq, base_out, base_cfg))
+            base = time_graph(triton_fused.make_launch(nq, base_out, base_cfg), 50, 10)
             best = ", ".join(f"{c} {t:.1f}" for t, c in results[:5])
             print(f"{name} M={m}: heuristic {base_cfg} {base:.1f} us; best {best}", flush=True)
 

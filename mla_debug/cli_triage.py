@@ -34,6 +34,12 @@ def add_parser(sub) -> None:
     parser.add_argument("--report", default=None, help="write a self-contained HTML report here (never overwritten)")
     parser.add_argument("--json", default=None, help="write the JSON summary here (never overwritten)")
     parser.add_argument("--no-bisect", action="store_true", help="skip the culprit search")
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default=None,
+        help="where to compute (default: the GPU for an NVIDIA platform when one is visible, else the CPU)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -77,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     scenarios = [scenario_of(spec) for spec in args.scenario]
-    bench = Workbench(args.model, args.platform, args.tokens, args.seed, args.checkpoint, layer=args.layer)
+    bench = Workbench(
+        args.model, args.platform, args.tokens, args.seed, args.checkpoint, layer=args.layer, device=args.device
+    )
     several = len(scenarios) > 1
     for scen in scenarios:
         result = triage(

@@ -120,3 +120,20 @@ def test_triage_command_bad_input(capsys):
     assert "tp_size=3 does not divide num_heads=16" in capsys.readouterr().err
     assert main(["triage", "--model", "tiny", "--tokens", "0"]) == 2
     assert "tokens=0 must be >= 1" in capsys.readouterr().err
+    if not __import__("torch").cuda.is_available():
+        assert main(["triage", "--model", "tiny", "--device", "cuda"]) == 2
+        assert "device='cuda' asked for, but torch sees no CUDA GPU" in capsys.readouterr().err
+
+
+def test_triage_command_on_an_nvidia_platform_uses_the_triton_stand_ins(tmp_path, capsys):
+    js = tmp_path / "h200.json"
+    args = ["triage", "--model", "mini", "--platform", "h200", "--tp", "4", "--modes", "decode", "--tokens", "8"]
+    assert main([*args, "--device", "cpu", "--json", str(js)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "culprit kv_b_proj at TP4: triton-bpreshuffle re-laid out" in out
+    import json
+
+    data = json.loads(js.read_text())
+    assert data["platform"] == "h200" and data["device"] == "cpu"
+    kernels = {s["name"]: s["kernel"] for s in data["runs"][0]["steps"]}
+    assert kernels["o_proj"] == "triton-bpreshuffle" and kernels["q_b_proj"] == "triton-blockscale"
