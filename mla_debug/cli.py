@@ -46,7 +46,8 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
                 "yes" if kernel.wants_transposed_act_scale else "no",
                 "yes" if kernel.preshuffles_weight else "no",
                 "yes" if ok else "no",
-                why if not ok else kernel.description,
+                # A stand-in says how it runs here (Triton, or the emulation's code without a GPU).
+                why if not ok else kernel.description + (f" [{why}]" if kernel.stands_in_for else ""),
             )
         )
     header = ("kernel", "col-major scale", "preshuffles", "runs here", "description / why not")
