@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..model import Checkpoint, MLAConfig
-from ..parallel import MLALayer
+from ..parallel import MLALayer, check_device
 from ..scenarios import Scenario
 from ..scenarios import scenario as scenario_of
 from .changes import Change, candidate_changes, explain
@@ -91,11 +91,7 @@ def workbench_device(device: str | None, plat) -> torch.device:
     and torch sees a CUDA GPU (the Triton/cuBLAS kernels then run for real), else the CPU."""
     if device is None:
         device = "cuda" if plat.is_cuda and torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r} is not 'cpu' or 'cuda'")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' asked for, but torch sees no CUDA GPU")
-    return torch.device(device)
+    return check_device(device)
 
 
 @dataclass

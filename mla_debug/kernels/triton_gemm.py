@@ -13,11 +13,11 @@ the process. Tests never autotune.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
 
+from .. import _triton_env as triton_env
 from .._checks import describe, is_dense
 from ..layouts import ScaleLayout
 from ..numerics import E4M3FN, E4M3FNUZ, Fp8Format
@@ -36,62 +36,35 @@ class LaunchConfig:
     num_stages: int
     group_m: int = 8
     split_k: int = 1
-    prefetch: bool = True
 
     def __str__(self) -> str:
         return (
             f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}-g{self.group_m}-sk{self.split_k}"
-            + ("" if self.prefetch else "-noprefetch")
         )
 
 
 def triton_status() -> tuple[bool, str]:
     """Whether Triton can run here: importable, and a CUDA GPU or the interpreter (TRITON_INTERPRET=1)."""
-    version = _triton_version()
-    if version is None:
-        return False, "triton is not installed (pip install 'mla-debug[gpu]')"
-    if interpreting():
-        return True, f"triton {version} interpreter (TRITON_INTERPRET=1; tiny shapes only)"
-    gpu = _cuda_gpu()
+    missing = triton_env.import_error()
+    if missing is not None:
+        return False, missing
+    if triton_env.interpreting():
+        broken = triton_env.interpreter_error()
+        if broken is not None:
+            return False, broken
+        return True, f"triton {triton_env.version()} interpreter (TRITON_INTERPRET=1; tiny shapes only)"
+    gpu = triton_env.cuda_gpu_name()
     if gpu is None:
         return False, "no NVIDIA CUDA GPU visible to torch (set TRITON_INTERPRET=1 to run on the CPU, slowly)"
-    return True, f"triton {version} on {gpu}"
-
-
-# Cached: these run on every GEMM call and asking the driver for a device name takes microseconds.
-@functools.lru_cache(maxsize=1)
-def _triton_version() -> str | None:
-    try:
-        import triton
-    except ImportError:
-        return None
-    return triton.__version__
-
-
-@functools.lru_cache(maxsize=1)
-def _cuda_gpu() -> str | None:
-    if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
-        return None
-    return torch.cuda.get_device_name()
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return True, f"triton {triton_env.version()} on {gpu}"
 
 
 def runs_on(device: torch.device, allow_interpreter: bool = False) -> bool:
     """Whether tensors on `device` can go through Triton: CUDA tensors, or CPU tensors under the
     interpreter when `allow_interpreter` (it is far too slow to be chosen automatically)."""
     if device.type == "cuda":
-        return triton_status()[0] and not interpreting()
-    return allow_interpreter and device.type == "cpu" and interpreting() and triton_status()[0]
-
-
-@functools.lru_cache(maxsize=16)
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
+        return triton_status()[0] and not triton_env.interpreting()
+    return allow_interpreter and device.type == "cpu" and triton_env.interpreting() and triton_status()[0]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -121,7 +94,7 @@ def launch_config(m: int, n: int, k: int, device: torch.device, fnuz: bool = Fal
     """The configuration for an (M, N, K) problem: an autotuned one if `autotune` ran for it, else the
     heuristic."""
     tuned = _TUNED.get((_m_bucket(m), n, k, fnuz, str(device)))
-    return tuned or _heuristic(m, n, k, _sm_count(device), fnuz)
+    return tuned or _heuristic(m, n, k, triton_env.sm_count(device), fnuz)
 
 
 def _m_bucket(m: int) -> int:
@@ -219,7 +192,7 @@ def triton_block_scaled_mm(
     operand = torch.uint8 if fnuz else torch.float8_e4m3fn
     block_scaled_gemm_kernel[(tiles, cfg.split_k)](
         a.view(operand),
-        _raw(a_scale),
+        a_scale,  # the kernel addresses its raw bytes (check_operands: a gap-free buffer)
         w.view(operand),
         w_scale,
         out,
@@ -237,25 +210,18 @@ def triton_block_scaled_mm(
         m * n,
         SHUFFLED=shuffled,
         FNUZ=fnuz,
-        EXACT_FP32_DOT=interpreting(),
+        EXACT_FP32_DOT=triton_env.interpreting(),
         SPLIT_K=cfg.split_k,
         OUT_FP32=out_fp32,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         GROUP_M=cfg.group_m,
-        PREFETCH=cfg.prefetch,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
     if out_fp32:
         return _reduce_splits(out)
     return out
-
-
-def _raw(scale: torch.Tensor) -> torch.Tensor:
-    """The scale's bytes as a flat buffer in storage order (the kernel addresses them itself)."""
-    order = sorted(range(scale.dim()), key=lambda d: -scale.stride(d))
-    return scale.permute(*order).reshape(-1)
 
 
 def _reduce_splits(partials: torch.Tensor) -> torch.Tensor:
@@ -282,7 +248,7 @@ def autotune(
     dtype = fmt.dtype
     times: dict[str, float] = {}
     best: tuple[float, LaunchConfig] | None = None
-    for cfg in _candidates(m, n, k, _sm_count(device), fmt == E4M3FNUZ):
+    for cfg in _candidates(m, n, k, triton_env.sm_count(device), fmt == E4M3FNUZ):
         try:
             ms = triton.testing.do_bench(
                 lambda cfg=cfg: triton_block_scaled_mm(
@@ -315,8 +281,7 @@ def _candidates(m: int, n: int, k: int, sms: int, fnuz: bool) -> list[LaunchConf
             for split in (1, 2, 4, 8):
                 if split > 1 and (tiles * split > 2 * sms or k // BLOCK // split < 2):
                     continue
-                for prefetch in (True, False):
-                    cfg = LaunchConfig(bm, bn, warps, stages, 8, split, prefetch)
-                    if cfg not in found:
-                        found.append(cfg)
+                cfg = LaunchConfig(bm, bn, warps, stages, 8, split)
+                if cfg not in found:
+                    found.append(cfg)
     return found

@@ -80,12 +80,10 @@ class _TritonGemm:
             return False, f"N={problem.n} is not a multiple of 16"
         return True, "takes this shape (N % 16 == 0, K % 128 == 0)"
 
-    def triton_compute(
-        self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract
-    ) -> torch.Tensor | None:
-        """The Triton result, or None when this call computes with the emulation."""
+    def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
+        """The Triton GEMM, or the emulation's code (the aiter class next in the MRO) where Triton cannot run."""
         if not self.uses_triton(qa.data.device):
-            return None
+            return super().compute(linear, qa, contract)  # type: ignore[misc]
         weight = linear.weight
         if contract.weight not in (None, SHUFFLE):
             raise ValueError(f"{linear.name}: the Triton GEMM reads plain or (16, 16) weights, not {contract.weight}")
@@ -117,10 +115,6 @@ class TritonBlockscaleKernel(_TritonGemm, AiterBlockscaleEmulated):
 
     def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
         return self.platform_check(problem, platform)
-
-    def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
-        out = self.triton_compute(linear, qa, contract)
-        return super().compute(linear, qa, contract) if out is None else out
 
 
 @register_kernel
@@ -156,7 +150,3 @@ class TritonBpreshuffleKernel(_TritonGemm, AiterBpreshuffleEmulated):
         if not platform.is_rocm:
             why = f"{why} (selection as on {self.tuned_as.name})"
         return ok, why
-
-    def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
-        out = self.triton_compute(linear, qa, contract)
-        return super().compute(linear, qa, contract) if out is None else out

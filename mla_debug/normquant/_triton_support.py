@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -25,41 +24,13 @@ from types import ModuleType
 
 import torch
 
+from .. import _triton_env as triton_env
+from .._triton_env import interpreting
 from ..layouts import ScaleLayout
 from ..numerics import E4M3FNUZ, Fp8Format, QuantFlavor
 from ..numerics.quantize import Fp8OverflowWarning, _tie_rounds_up, overflow_threshold
 
 _KERNELS = f"{__package__}._triton_kernels"
-
-
-def interpreting() -> bool:
-    """Whether Triton's interpreter is switched on (TRITON_INTERPRET, parsed as Triton parses it)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on", "y")
-
-
-@functools.lru_cache(maxsize=1)
-def _import_error() -> str | None:
-    try:
-        import triton  # noqa: F401
-    except ImportError as err:
-        return f"triton is not importable ({err}); install it with pip install 'mla-debug[gpu]'"
-    return None
-
-
-def _library_interpreted() -> bool:
-    """Whether triton.language was imported in interpreter mode.
-
-    Triton's own helpers (tl.cdiv, tl.sum, ...) are ``@triton.jit`` functions decorated when triton is
-    imported; an interpreted kernel cannot call compiled ones, so TRITON_INTERPRET=1 set after the
-    import does not work.
-    """
-    import triton.language as tl
-
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-    except ImportError:  # pragma: no cover - a triton without the interpreter class
-        return True
-    return isinstance(tl.cdiv, InterpretedFunction)
 
 
 def triton_unavailable_reason(device: torch.device) -> str | None:
@@ -71,15 +42,7 @@ def triton_unavailable_reason(device: torch.device) -> str | None:
             "Triton compiles for CUDA GPUs and these tensors are on the CPU, where it runs only under its "
             "interpreter, which is off (set TRITON_INTERPRET=1 before importing triton; slow: tiny shapes only)"
         )
-    missing = _import_error()
-    if missing is not None:
-        return missing
-    if interpreting() and not _library_interpreted():
-        return (
-            "TRITON_INTERPRET=1 was set after triton had been imported without it; triton decides at import "
-            "whether its library runs compiled or interpreted, so set it before anything imports triton"
-        )
-    return None
+    return triton_env.import_error() or triton_env.interpreter_error()
 
 
 def triton_interpreted_on(device: torch.device) -> bool:
@@ -213,15 +176,9 @@ def row_launch(width: int, m: int, sms: int) -> RowLaunch:
     return RowLaunch(block_m, warps)
 
 
-def sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def launch_for(m: int, widths: tuple[int, ...], device: torch.device) -> RowLaunch:
     """The launch of a kernel whose programs handle rows of the widest of `widths`."""
-    return row_launch(max(widths), m, sm_count(device))
+    return row_launch(max(widths), m, triton_env.sm_count(device))
 
 
 def convert_values(x: torch.Tensor, fnuz: bool, soft: bool) -> tuple[torch.Tensor, torch.Tensor]:

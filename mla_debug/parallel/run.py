@@ -128,6 +128,15 @@ class MLALayer:
         )
 
 
+def check_device(device: str) -> torch.device:
+    """`device` ("cpu" or "cuda") as a torch.device; a clear error for anything else or a missing GPU."""
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r} is not 'cpu' or 'cuda'")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' asked for, but torch sees no CUDA GPU")
+    return torch.device(device)
+
+
 def run_layer(
     cfg,
     ckpt,
@@ -151,10 +160,7 @@ def run_layer(
     profile_dir (distributed executor only; `md.profile` sets it) makes every rank profile itself and
     write ``rank<r>.<ns>.pt.trace.json.gz`` into that folder.
     """
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r} is not 'cpu' or 'cuda'")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' asked for, but torch sees no CUDA GPU")
+    check_device(device)
     if executor not in EXECUTORS:
         raise ValueError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
     if executor == "simulated":
