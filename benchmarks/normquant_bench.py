@@ -12,7 +12,8 @@ ones bit for bit, the plain-torch ones within what their approximate rsqrt and f
 ulp on k and the stored q, 1 fp8 ulp on the bytes); a failure stops the run.
 
 Times: (1) median of CUDA-event-timed single calls, L2 flushed before each (a 1 GiB write, untimed);
-(2) CUDA-graph replay: N calls captured in one graph, replay time / N (warm L2, no launch overhead).
+(2) CUDA-graph replay: N calls captured in one graph, replay time / N (no launch overhead), the calls
+rotating over enough buffer sets (up to 8) that a large-M call never finds the previous one's data in L2.
 The fused kernel's achieved bandwidth counts the bytes it must move - q and k read, q fp8 + scales +
 k written (+ residual read and sum written, if used) - and is compared with a device-to-device copy
 measured in the same run (bytes read + written / time).
@@ -242,19 +243,24 @@ def time_events(fn: Callable[[], object], iters: int, flush: torch.Tensor) -> fl
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1000.0
 
 
-def time_graph(fn: Callable[[], object], calls: int, replays: int) -> float | None:
-    """Microseconds per call of `calls` calls captured in one CUDA graph (median over replays)."""
+def time_graph(fn: Callable[[], object] | list[Callable[[], object]], calls: int, replays: int) -> float | None:
+    """Microseconds per call of `calls` calls captured in one CUDA graph (median over replays).
+
+    Given a list, call i runs fns[i % len(fns)]: the same op on different buffers, so that consecutive
+    calls do not find each other's data in L2.
+    """
+    fns = fn if isinstance(fn, list) else [fn]
     try:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
+            for f in fns:
+                f()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
+            for i in range(calls):
+                fns[i % len(fns)]()
     except Exception as err:  # e.g. a path that syncs or allocates in a way capture refuses
         print(f"  graph capture failed: {type(err).__name__}: {err}", file=sys.stderr)
         return None
@@ -339,18 +345,23 @@ def main(argv: list[str] | None = None) -> int:
     ceiling = copy_bandwidth()
     print(f"device copy bandwidth: {ceiling:.0f} GB/s (read + write)", flush=True)
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
 
     event_rows, graph_rows = [], []
     for shape_name in opts.shapes:
         n1, n2 = SHAPES[shape_name]
         for m in ms:
-            case = make_case(n1, n2, m, opts.col_major, seed=m)
-            if compiled is not None:
-                warm_compiled(compiled, case)
-            calls = variants(case, compiled)
-            ev = {name: time_events(fn, iters, flush) for name, fn in calls.items()}
-            gr = {name: time_graph(fn, graph_calls, replays) for name, fn in calls.items()}
             moved = fused_bytes(m, n1, n2)
+            # Graph calls rotate over buffer sets of at least 4x the L2 in all (at most 8 sets): at large
+            # M no call finds the previous one's data in L2; at small M everything fits anyway (decode).
+            sets = max(1, min(8, -(-4 * l2_bytes // moved)))
+            cases = [make_case(n1, n2, m, opts.col_major, seed=m + i) for i in range(sets)]
+            if compiled is not None:
+                warm_compiled(compiled, cases[0])
+            per_set = [variants(c, compiled) for c in cases]
+            calls = per_set[0]
+            ev = {name: time_events(fn, iters, flush) for name, fn in calls.items()}
+            gr = {name: time_graph([s[name] for s in per_set], graph_calls, replays) for name in calls}
             for rows, t in ((event_rows, ev), (graph_rows, gr)):
                 gbs = moved / (t["fused"] * 1e-6) / 1e9 if t.get("fused") else None
                 rows.append(
@@ -360,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                     + ["n/a" if gbs is None else f"{gbs:.0f}", "n/a" if gbs is None else f"{100 * gbs / ceiling:.0f}%"]
                 )
             print(f"{shape_name} M={m}: " + ", ".join(f"{k} {fmt_us(v)} us" for k, v in ev.items()), flush=True)
-            del case, calls
+            del cases, calls, per_set
 
     header = ["shape", "M"] + [f"{v} us" for v in VARIANTS] + [f"fused vs {v}" for v in VARIANTS[1:]]
     header += ["fused GB/s", "of copy BW"]
@@ -371,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             "read, q fp8 + fp32 scales + k written.",
             f"## Single calls, CUDA events, L2 flushed before each (median of {iters})",
             markdown_table(header, event_rows),
-            f"## CUDA graph replay ({graph_calls} calls per graph, median of {replays} replays; warm L2)",
+            f"## CUDA graph replay ({graph_calls} calls per graph, median of {replays} replays; calls rotate over "
+            "buffer sets of >= 4x the L2 where at most 8 sets reach it, so large M never reuses L2)",
             markdown_table(header, graph_rows),
         ]
     )

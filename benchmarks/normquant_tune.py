@@ -2,7 +2,7 @@
 
   PYTHONPATH=. python3 benchmarks/normquant_tune.py [--ms 1,64,4096,16384]
 
-For each DeepSeek-V4 shape and M, times every (rows per program, warps) candidate as CUDA-graph replays
+For each DeepSeek-V4 shape and M, times every (rows per program, warps, k rows in the q program or their own) candidate as CUDA-graph replays
 (pure GPU time) next to the heuristic's choice, after checking that the candidate's outputs are bitwise
 those of the heuristic's. What the heuristic in normquant/_triton_support.py is tuned from.
 """
@@ -10,6 +10,7 @@ those of the heuristic's. What the heuristic in normquant/_triton_support.py is 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import torch
 from normquant_bench import time_graph  # benchmarks/ is on sys.path when this file runs as a script
@@ -37,20 +38,20 @@ def main() -> None:
             base_out = triton_fused.allocate_outputs(nq, False)
             triton_fused.make_launch(nq, base_out, base_cfg)()
             results = []
-            for block_m in (1, 2, 4, 8):
-                for warps in (2, 4, 8, 16):
-                    cfg = support.RowLaunch(block_m, warps)
-                    out = triton_fused.allocate_outputs(nq, False)
-                    try:
-                        launch = triton_fused.make_launch(nq, out, cfg)
-                        launch()
-                    except Exception as err:  # a configuration the compiler rejects
-                        print(f"  {cfg}: {type(err).__name__}")
-                        continue
-                    assert torch.equal(out.q_bytes, base_out.q_bytes) and torch.equal(out.scale, base_out.scale), cfg
-                    us = time_graph(launch, 50, 10)
-                    if us is not None:
-                        results.append((us, str(cfg)))
+            for block_m, warps, k_with_q in itertools.product((1, 2, 4, 8), (1, 2, 4, 8, 16), (False, True)):
+                cfg = support.RowLaunch(block_m, warps, k_with_q)
+                out = triton_fused.allocate_outputs(nq, False)
+                try:
+                    launch = triton_fused.make_launch(nq, out, cfg)
+                    launch()
+                except Exception as err:  # a configuration the compiler rejects
+                    print(f"  {cfg}: {type(err).__name__}")
+                    continue
+                same = [torch.equal(getattr(out, f), getattr(base_out, f)) for f in ("q_bytes", "scale", "k_out")]
+                assert all(same), cfg
+                us = time_graph(launch, 50, 10)
+                if us is not None:
+                    results.append((us, str(cfg)))
             results.sort()
             base = time_graph(triton_fused.make_launch(nq, base_out, base_cfg), 50, 10)
             best = ", ".join(f"{c} {t:.1f}" for t, c in results[:5])

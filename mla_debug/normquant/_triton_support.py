@@ -27,7 +27,7 @@ import torch
 from .. import _triton_env as triton_env
 from .._triton_env import interpreting
 from ..layouts import ScaleLayout
-from ..numerics import E4M3FNUZ, Fp8Format, QuantFlavor
+from ..numerics import E4M3FN, E4M3FNUZ, Fp8Format, QuantFlavor
 from ..numerics.quantize import Fp8OverflowWarning, _tie_rounds_up, overflow_threshold
 
 _KERNELS = f"{__package__}._triton_kernels"
@@ -101,7 +101,10 @@ def quant_constants(fmt: Fp8Format, flavor: QuantFlavor) -> QuantConstants:
         FMT_MAX=float(flavor.fmt_max(fmt)),
         FLOOR=float(flavor.group_amax_floor),
         MUL_RECIP=flavor.quotient == "mul_reciprocal",
-        CLAMP=flavor.clamp,
+        # The e4m3fn conversions (cvt.rn.satfinite, and the kernels' integer one) saturate to +-448 and keep
+        # NaN, exactly what clamping to +-448 first gives; skipping that clamp saves two instructions per
+        # value in a kernel whose speed is its instruction count.
+        CLAMP=flavor.clamp and not (fmt == E4M3FN and flavor.fmt_max(fmt) == 448.0),
         # A clamping flavor cannot overflow; only the others count (and pay one device sync for it).
         COUNT_OVF=not flavor.clamp,
         OVF_AT=float(overflow_threshold(fmt)),
@@ -142,9 +145,10 @@ class RowLaunch:
 
     block_m: int
     num_warps: int
+    k_with_q: bool = False  # fused kernel: one program per row block does q then k (else one each)
 
     def __str__(self) -> str:
-        return f"BM{self.block_m}-w{self.num_warps}"
+        return f"BM{self.block_m}-w{self.num_warps}" + ("-kq" if self.k_with_q else "")
 
 
 # Elements of the widest tile one program holds: with 16 fp32 values per thread the fused kernel
@@ -153,6 +157,7 @@ class RowLaunch:
 _ELEMENTS_PER_PROGRAM = 2048
 _ELEMENTS_PER_THREAD = 16
 _TARGET_WAVES = 4
+_MANY_WAVES = 16
 
 
 @functools.lru_cache(maxsize=4096)
@@ -166,9 +171,14 @@ def row_launch(width: int, m: int, sms: int) -> RowLaunch:
     padded = next_pow2(width)
     if padded >= 1024:
         # Measured on an H200 (benchmarks/normquant_tune.py, DeepSeek-V4 widths): one row per program is
-        # fastest at every M; 32 values per thread once there are many waves of rows, 8-16 for few rows.
-        many_rows = m >= _TARGET_WAVES * sms
-        return RowLaunch(1, max(2, padded // 1024) if many_rows else max(4, padded // 512))
+        # fastest at every M. With many rows the kernel is bound by instruction issue, not memory, so the
+        # fewest threads per row win (a thread's fixed costs - reductions, correctly rounded divisions -
+        # are paid per row): one warp for up to 2048 values (3.6 vs 4.0 us for V4-Pro at M = 1024), and
+        # with many waves the k row in the q row's program (24.4 vs 26.2 us for V4-Flash at M = 16384).
+        # Few rows want short per-thread chains instead: 8-16 values per thread.
+        if m >= _TARGET_WAVES * sms:
+            return RowLaunch(1, max(1, padded // 2048), k_with_q=m >= _MANY_WAVES * sms)
+        return RowLaunch(1, max(4, padded // 512))
     block_m = max(1, min(16, _ELEMENTS_PER_PROGRAM // padded))
     while block_m > 1 and -(-m // block_m) < _TARGET_WAVES * sms:
         block_m //= 2

@@ -3,7 +3,8 @@
 Grid (row blocks, 2): program (i, 0) adds the residual, normalizes a block of q rows in fp32 and
 quantizes them per 1 x group_size group straight from the fp32 values (group amax, scale, fp8 bytes
 all in registers), writing the scale ROW_MAJOR (offset m*G + g) or COL_MAJOR "view" (g*M + m);
-program (i, 1) normalizes the same rows of k to k's dtype. Inputs may be row-strided views
+program (i, 1) normalizes the same rows of k to k's dtype. With many rows the launch heuristic gives
+each program both (grid (row blocks, 1), `RowLaunch.k_with_q`), which pays a program's fixed costs once. Inputs may be row-strided views
 (``torch.split``); nothing is copied. The rounding steps are the torch reference's, so scales and bytes
 agree bit for bit (see `_triton_kernels`).
 
@@ -82,7 +83,7 @@ def make_launch(
     res = q if args.residual is None else args.residual
     placeholder = outputs.q_bytes
     ovf = outputs.overflow_counter if outputs.overflow_counter is not None else outputs.scale
-    grid = (-(-m // config.block_m), 1 if args.k is None else 2)
+    grid = (-(-m // config.block_m), 1 if args.k is None or config.k_with_q else 2)
     positional = (
         q,
         args.q_weight,
@@ -116,6 +117,7 @@ def make_launch(
         HAS_UNQ=outputs.q_unquantized is not None,
         GEMMA=args.gemma_norm,
         SOFT=soft,
+        K_WITH_Q=config.k_with_q,
         num_warps=config.num_warps,
         **support.quant_constants(args.fmt, args.flavor).kwargs(),
     )
