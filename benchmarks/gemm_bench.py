@@ -15,6 +15,7 @@ multiple of 4 rows outside the timed region, so cuBLAS is timed at its best. Pri
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
@@ -126,15 +127,24 @@ def run_case(m, n, k, gen, timer, tune: bool) -> dict:
     w_bf16, x_bf16, qw, qa = operands(m, n, k, gen)
     shuffled = qw.shuffled((16, 16), by="bench")
     col = qa.presented_as("col_major")
+    # The same kernels with every tile walking K from block 0 (the order before staggering), side by side.
+    flat = dataclasses.replace(launch_config(m, n, k, torch.device("cuda")), stagger=False)
     variants = {
         "triton": lambda: triton_block_scaled_mm(qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, qw.data, qw.scale, k),
         "triton_preshuffled": lambda: triton_block_scaled_mm(
             col.data, col.scale, md.ScaleLayout.COL_MAJOR, shuffled.data, shuffled.scale, k, shuffled=True
         ),
+        "triton_nostagger": lambda: triton_block_scaled_mm(
+            qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, qw.data, qw.scale, k, config=flat
+        ),
+        "triton_preshuffled_nostagger": lambda: triton_block_scaled_mm(
+            col.data, col.scale, md.ScaleLayout.COL_MAJOR, shuffled.data, shuffled.scale, k, shuffled=True, config=flat
+        ),
         "cublas": cublas_call(qa, qw),
         "bf16": lambda: torch.matmul(x_bf16, w_bf16.t()),
     }
-    notes = [check(name, variants[name](), qa, qw) for name in ("triton", "triton_preshuffled", "cublas")]
+    checked = ("triton", "triton_preshuffled", "triton_nostagger", "triton_preshuffled_nostagger", "cublas")
+    notes = [check(name, variants[name](), qa, qw) for name in checked]
     row = dict(N=n, K=k, M=m, config=str(launch_config(m, n, k, torch.device("cuda"))), notes=[x for x in notes if x])
     if tune:
         best, times = autotune(m, n, k)
@@ -155,15 +165,18 @@ def run_case(m, n, k, gen, timer, tune: bool) -> dict:
 def table(rows: list[dict]) -> str:
     head = (
         "| N x K | M | config | Triton TFLOP/s | preshuffled TFLOP/s | cuBLAS TFLOP/s | bf16 TFLOP/s | Triton GB/s "
-        "| Triton / cuBLAS | preshuffled / plain | Triton / bf16 |"
+        "| Triton / cuBLAS | preshuffled / plain | Triton / bf16 | unstaggered: plain / cuBLAS | unstaggered: "
+        "preshuffled / plain |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         lines.append(
             f"| {r['N']}x{r['K']} | {r['M']} | {r.get('tuned_config', r['config'])} | {r['triton_tflops']:.1f} "
             f"| {r['triton_preshuffled_tflops']:.1f} | {r['cublas_tflops']:.1f} | {r['bf16_tflops']:.1f} "
             f"| {r['triton_gbs']:.0f} | {r['triton_tflops'] / r['cublas_tflops']:.2f} "
-            f"| {r['triton_preshuffled_tflops'] / r['triton_tflops']:.3f} | {r['triton_tflops'] / r['bf16_tflops']:.2f} |"
+            f"| {r['triton_preshuffled_tflops'] / r['triton_tflops']:.3f} | {r['triton_tflops'] / r['bf16_tflops']:.2f} "
+            f"| {r['triton_nostagger_tflops'] / r['cublas_tflops']:.2f} "
+            f"| {r['triton_preshuffled_nostagger_tflops'] / r['triton_nostagger_tflops']:.3f} |"
         )
     return "\n".join(lines)
 

@@ -18,8 +18,9 @@ One kernel covers both aiter contracts through compile-time switches:
 
 Accumulation follows the real kernels: per 128-wide K block, an fp32 dot product of raw fp8 values,
 times ``x_scale[m, kb] * w_scale[n // 128, kb]``, added to an fp32 accumulator; bf16 once at the end.
-With SPLIT_K > 1 each program sums a contiguous range of K blocks into an fp32 workspace slice, which
-the launcher reduces in a fixed order (deterministic).
+With SPLIT_K > 1 each program sums a contiguous range of K blocks into an fp32 workspace slice, and the
+last split of a tile to finish adds the slices in split order and writes the bf16 output, in the same
+launch (deterministic whatever the order the splits finish in).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def block_scaled_gemm_kernel(
     w_ptr,
     w_scale_ptr,
     out_ptr,
+    partial_ptr,
+    arrivals_ptr,
     M,
     N,
     K,
@@ -60,7 +63,7 @@ def block_scaled_gemm_kernel(
     FNUZ: tl.constexpr,
     EXACT_FP32_DOT: tl.constexpr,
     SPLIT_K: tl.constexpr,
-    OUT_FP32: tl.constexpr,
+    STAGGER: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr,
@@ -90,7 +93,7 @@ def block_scaled_gemm_kernel(
     per_split = (k_blocks + SPLIT_K - 1) // SPLIT_K
     kb_start = split * per_split
     kb_end = min(kb_start + per_split, k_blocks)
-    a_ptrs = a_ptr + rows_m[:, None].to(tl.int64) * stride_am + offs_k[None, :] + kb_start * BLOCK_K
+    a_ptrs = a_ptr + rows_m[:, None].to(tl.int64) * stride_am + offs_k[None, :]
     if SHUFFLED:
         w_rows = (rows_n // 16).to(tl.int64) * 16 * KP + (rows_n % 16) * 16
         w_cols = (offs_k // 16) * 256 + offs_k % 16
@@ -99,26 +102,35 @@ def block_scaled_gemm_kernel(
         w_rows = rows_n.to(tl.int64) * stride_wn
         w_cols = offs_k
         w_step = 128
-    w_ptrs = w_ptr + w_cols[:, None] + w_rows[None, :] + kb_start * w_step
+    w_ptrs = w_ptr + w_cols[:, None] + w_rows[None, :]
     s_ptrs = a_scale_ptr + rows_m.to(tl.int64) * stride_sm
     # BLOCK_N divides 128, so a tile's columns share one 128-row weight block: its scale is a scalar per
     # K block, and the epilogue is one multiply-add per element.
     ws_ptr = w_scale_ptr + ((pid_n * BLOCK_N) // 128).to(tl.int64) * stride_wsn
 
+    # STAGGER: column tile j starts its K loop at block j (mod the block count) and wraps around.
+    # Tiles running side by side then read different K blocks - for a preshuffled weight, 2 KB runs
+    # at different offsets of each 16-row band - instead of all hitting the same offsets at once.
+    # Tiles of one column tile keep one order, so they still share each weight block in L2.
+    n_blocks = kb_end - kb_start
+    shift = 0
+    if STAGGER:
+        shift = pid_n % tl.maximum(n_blocks, 1)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # The scales of block kb + 1 are loaded while block kb multiplies (Triton pipelines only the loads
-    # that feed tl.dot; measured 15-17% faster for the preshuffled kernel at M = 8192, the same for plain). Indices are clamped into range instead of masked: an empty split - more
-    # splits than K blocks - loads a valid block and never uses it.
-    first = tl.minimum(kb_start, k_blocks - 1)
+    # The scales of the next block are loaded while this block multiplies (Triton pipelines only the
+    # loads that feed tl.dot; measured 15-17% faster for the preshuffled kernel at M = 8192, the same for
+    # plain). Indices are clamped into range instead of masked: an empty split - more splits than K
+    # blocks - loads a valid block and never uses it.
+    first = tl.minimum(kb_start + shift, k_blocks - 1)
     a_s = tl.load(s_ptrs + first * stride_sk, mask=mask_m, other=0.0)
     w_s = tl.load(ws_ptr + first * stride_wsk)
-    for kb in range(kb_start, kb_end):
+    for i in range(0, n_blocks):
+        step = i + shift
+        kb = kb_start + tl.where(step >= n_blocks, step - n_blocks, step)
         # Rows past M and columns past N were clamped to row 0 above: in bounds without a mask (masks cost
         # registers), and they only reach outputs never stored.
-        a_bits = tl.load(a_ptrs)
-        w_bits = tl.load(w_ptrs)
-        a_ptrs += BLOCK_K
-        w_ptrs += w_step
+        a_bits = tl.load(a_ptrs + kb * BLOCK_K)
+        w_bits = tl.load(w_ptrs + kb * w_step)
         if FNUZ and EXACT_FP32_DOT:
             a_val = _decode_fnuz(a_bits).to(tl.float32)
             w_val = _decode_fnuz(w_bits).to(tl.float32)
@@ -127,16 +139,32 @@ def block_scaled_gemm_kernel(
             part = tl.dot(_decode_fnuz(a_bits), _decode_fnuz(w_bits), out_dtype=tl.float32)
         else:
             part = tl.dot(a_bits, w_bits, out_dtype=tl.float32)
-        following = tl.minimum(kb + 1, kb_end - 1)
+        nxt = step + 1
+        following = kb_start + tl.where(nxt >= n_blocks, nxt - n_blocks, nxt)
+        following = tl.minimum(following, k_blocks - 1)
         a_s_next = tl.load(s_ptrs + following * stride_sk, mask=mask_m, other=0.0)
         w_s_next = tl.load(ws_ptr + following * stride_wsk)
         acc += part * (a_s * w_s)[:, None]
         a_s = a_s_next
         w_s = w_s_next
 
-    out_ptrs = out_ptr + split * stride_split + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
+    out_offs = offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
     mask = mask_m[:, None] & mask_n[None, :]
-    if OUT_FP32:
-        tl.store(out_ptrs, acc, mask=mask)
+    if SPLIT_K == 1:
+        tl.store(out_ptr + out_offs, acc.to(tl.bfloat16), mask=mask)
     else:
-        tl.store(out_ptrs, acc.to(tl.bfloat16), mask=mask)
+        # Split-K, reduced in this launch: every split stores its fp32 partial, then counts itself in on
+        # the tile's arrival counter; the split that arrives last adds the partials up in split order
+        # (0, 1, ...), whatever the order of arrival, so the bytes are deterministic. The counter is
+        # zeroed by the launcher; the barrier and the acq_rel atomic order the partial stores of every
+        # thread before the count that the last split acquires.
+        tl.store(partial_ptr + split * stride_split + out_offs, acc, mask=mask)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(arrivals_ptr + pid, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = tl.load(partial_ptr + out_offs, mask=mask, other=0.0, cache_modifier=".cg")
+            for other in tl.static_range(1, SPLIT_K):
+                total += tl.load(
+                    partial_ptr + other * stride_split + out_offs, mask=mask, other=0.0, cache_modifier=".cg"
+                )
+            tl.store(out_ptr + out_offs, total.to(tl.bfloat16), mask=mask)

@@ -36,10 +36,12 @@ class LaunchConfig:
     num_stages: int
     group_m: int = 8
     split_k: int = 1
+    stagger: bool = True  # column tile j starts its K loop at block j (see _triton_gemm_kernel)
 
     def __str__(self) -> str:
         return (
             f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}-g{self.group_m}-sk{self.split_k}"
+            + ("" if self.stagger else "-nostagger")
         )
 
 
@@ -168,8 +170,6 @@ def triton_block_scaled_mm(
     ok, why = triton_status()
     if not ok:
         raise RuntimeError(f"{name}: cannot run the Triton GEMM here: {why}")
-    from ._triton_gemm_kernel import block_scaled_gemm_kernel
-
     m, n = a.shape[0], w.shape[0]
     groups = k // BLOCK
     fnuz = fmt == E4M3FNUZ
@@ -179,15 +179,17 @@ def triton_block_scaled_mm(
     stride_sm, stride_sk = (groups, 1) if scale_bytes == ScaleLayout.ROW_MAJOR else (1, m)
     if scale_bytes == ScaleLayout.COL_MAJOR_STRIDED:
         stride_sm, stride_sk = 1, m  # same bytes as COL_MAJOR
-    out_fp32 = cfg.split_k > 1
     if m == 0:
         return torch.empty((0, n), dtype=torch.bfloat16, device=a.device)
-    out = torch.empty(
-        (cfg.split_k, m, n) if out_fp32 else (m, n),
-        dtype=torch.float32 if out_fp32 else torch.bfloat16,
-        device=a.device,
-    )
+    out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    if cfg.split_k > 1:  # fp32 partials and per-tile arrival counters for the in-launch reduction
+        partials = torch.empty((cfg.split_k, m, n), dtype=torch.float32, device=a.device)
+        arrivals = torch.zeros(tiles, dtype=torch.int32, device=a.device)
+    else:
+        partials, arrivals = out, out  # never touched
+    from ._triton_gemm_kernel import block_scaled_gemm_kernel
+
     # e4m3fn goes in as fp8 (tensor cores read it directly); e4m3fnuz as bytes the kernel decodes.
     operand = torch.uint8 if fnuz else torch.float8_e4m3fn
     block_scaled_gemm_kernel[(tiles, cfg.split_k)](
@@ -196,6 +198,8 @@ def triton_block_scaled_mm(
         w.view(operand),
         w_scale,
         out,
+        partials,
+        arrivals,
         m,
         n,
         k,
@@ -212,24 +216,14 @@ def triton_block_scaled_mm(
         FNUZ=fnuz,
         EXACT_FP32_DOT=triton_env.interpreting(),
         SPLIT_K=cfg.split_k,
-        OUT_FP32=out_fp32,
+        STAGGER=cfg.stagger,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         GROUP_M=cfg.group_m,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
-    if out_fp32:
-        return _reduce_splits(out)
     return out
-
-
-def _reduce_splits(partials: torch.Tensor) -> torch.Tensor:
-    # A fixed order (split 0 first), so repeated calls give identical bytes.
-    total = partials[0].clone()
-    for part in partials[1:]:
-        total.add_(part)
-    return total.to(torch.bfloat16)
 
 
 def autotune(
@@ -279,7 +273,7 @@ def _candidates(m: int, n: int, k: int, sms: int, fnuz: bool) -> list[LaunchConf
                 continue
             tiles = -(-m // bm) * -(-n // bn)
             for split in (1, 2, 4, 8):
-                if split > 1 and (tiles * split > 2 * sms or k // BLOCK // split < 2):
+                if split > 1 and (tiles * split > 4 * sms or k // BLOCK // split < 4):
                     continue
                 cfg = LaunchConfig(bm, bn, warps, stages, 8, split)
                 if cfg not in found:
