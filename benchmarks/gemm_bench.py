@@ -123,7 +123,7 @@ def cublas_call(qa: md.QuantizedActivation, qw: md.QuantizedWeight):
     return call
 
 
-def run_case(m, n, k, gen, timer, tune: bool) -> dict:
+def run_case(m, n, k, gen, timer, tune: bool, swap_scales: bool = False) -> dict:
     w_bf16, x_bf16, qw, qa = operands(m, n, k, gen)
     shuffled = qw.shuffled((16, 16), by="bench")
     col = qa.presented_as("col_major")
@@ -143,7 +143,14 @@ def run_case(m, n, k, gen, timer, tune: bool) -> dict:
         "cublas": cublas_call(qa, qw),
         "bf16": lambda: torch.matmul(x_bf16, w_bf16.t()),
     }
-    checked = ("triton", "triton_preshuffled", "triton_nostagger", "triton_preshuffled_nostagger", "cublas")
+    if swap_scales:  # each weight layout with the other kernel's activation-scale byte order
+        variants["plain_colmajor_scales"] = lambda: triton_block_scaled_mm(
+            col.data, col.scale, md.ScaleLayout.COL_MAJOR, qw.data, qw.scale, k
+        )
+        variants["preshuffled_rowmajor_scales"] = lambda: triton_block_scaled_mm(
+            qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, shuffled.data, shuffled.scale, k, shuffled=True
+        )
+    checked = [name for name in variants if name != "bf16"]
     notes = [check(name, variants[name](), qa, qw) for name in checked]
     row = dict(N=n, K=k, M=m, config=str(launch_config(m, n, k, torch.device("cuda"))), notes=[x for x in notes if x])
     if tune:
@@ -181,6 +188,20 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def swapped_table(rows: list[dict]) -> str:
+    """With --swap-scales: is the preshuffled kernel's cost its weight bytes or its scale byte order?"""
+    if not rows or "plain_colmajor_scales_tflops" not in rows[0]:
+        return ""
+    lines = [
+        "| N x K | M | plain, ROW_MAJOR scales | plain, COL_MAJOR scales | preshuffled, COL_MAJOR | preshuffled, ROW_MAJOR |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = ("triton", "plain_colmajor_scales", "triton_preshuffled", "preshuffled_rowmajor_scales")
+        lines.append(f"| {r['N']}x{r['K']} | {r['M']} | " + " | ".join(f"{r[c + '_tflops']:.1f}" for c in cells) + " |")
+    return "TFLOP/s by weight layout and activation-scale byte order:\n\n" + "\n".join(lines) + "\n\n"
+
+
 def geomean(values) -> float:
     values = list(values)
     return math.exp(sum(math.log(v) for v in values) / len(values))
@@ -215,6 +236,9 @@ def main() -> None:
     parser.add_argument("--shapes", default=None, help="N1xK1,N2xK2,... instead of the DeepSeek list")
     parser.add_argument("--ms", default=None, help="M1,M2,... instead of the default list")
     parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument(
+        "--swap-scales", action="store_true", help="also time each weight layout with the other scale byte order"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gemm_bench needs a CUDA GPU")
@@ -232,7 +256,7 @@ def main() -> None:
     start = time.perf_counter()
     for n, k in shapes:
         for m in ms:
-            rows.append(run_case(m, n, k, gen, timer, args.autotune))
+            rows.append(run_case(m, n, k, gen, timer, args.autotune, args.swap_scales))
             print(
                 f"{n}x{k} M={m}: "
                 + ", ".join(
@@ -247,7 +271,7 @@ def main() -> None:
     )
     notes = [note for r in rows for note in r["notes"] if note] or ["every element within the fp32 bound + 1 ulp"]
     text = (
-        f"{header}\n\n{table(rows)}\n\n{targets(rows)}\n\nAccuracy checks:\n"
+        f"{header}\n\n{table(rows)}\n\n{targets(rows)}\n\n{swapped_table(rows)}Accuracy checks:\n"
         + "\n".join(f"- {n}" for n in notes)
         + "\n"
     )
