@@ -1,7 +1,7 @@
 """Block-scaled FP8 GEMMs on an NVIDIA GPU, side by side in one run: Triton plain and preshuffled,
 cuBLAS scaled_mm blockwise, and a bf16 torch.matmul of the same shape.
 
-  PYTHONPATH=. python3 benchmarks/gemm_bench.py --out gemm_bench.md [--quick] [--autotune]
+  PYTHONPATH=. python3 benchmarks/gemm_bench.py --out gemm_bench.md [--quick] [--autotune] [--swap-scales]
 
 Every variant is first checked against the fp64 product of the same quantized operands on fresh data:
 elements beyond the fp32-accumulation bound + 1 bf16 ulp are reported, and the run stops if one exceeds

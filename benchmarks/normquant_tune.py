@@ -2,9 +2,10 @@
 
   PYTHONPATH=. python3 benchmarks/normquant_tune.py [--ms 1,64,4096,16384]
 
-For each DeepSeek-V4 shape and M, times every (rows per program, warps, k rows in the q program or their own) candidate as CUDA-graph replays
-(pure GPU time) next to the heuristic's choice, after checking that the candidate's outputs are bitwise
-those of the heuristic's. What the heuristic in normquant/_triton_support.py is tuned from.
+For each DeepSeek-V4 shape and M, times every candidate (rows per program, warps, and whether a program
+does the k row after its q row or k rows get programs of their own) as CUDA-graph replays (pure GPU time)
+next to the heuristic's choice, after checking that the candidate's outputs are bitwise those of the
+heuristic's. What the heuristic in normquant/_triton_support.py is tuned from.
 """
 
 from __future__ import annotations

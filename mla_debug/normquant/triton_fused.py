@@ -4,9 +4,9 @@ Grid (row blocks, 2): program (i, 0) adds the residual, normalizes a block of q 
 quantizes them per 1 x group_size group straight from the fp32 values (group amax, scale, fp8 bytes
 all in registers), writing the scale ROW_MAJOR (offset m*G + g) or COL_MAJOR "view" (g*M + m);
 program (i, 1) normalizes the same rows of k to k's dtype. With many rows the launch heuristic gives
-each program both (grid (row blocks, 1), `RowLaunch.k_with_q`), which pays a program's fixed costs once. Inputs may be row-strided views
-(``torch.split``); nothing is copied. The rounding steps are the torch reference's, so scales and bytes
-agree bit for bit (see `_triton_kernels`).
+each program both (grid (row blocks, 1), `RowLaunch.k_with_q`), which pays a program's fixed costs
+once. Inputs may be row-strided views (``torch.split``); nothing is copied. The rounding steps are the
+torch reference's, so scales and bytes agree bit for bit (see `_triton_kernels`).
 
 Registered as backend ``"triton"``: ``"auto"`` picks it for CUDA tensors; CPU tensors go through it
 only when asked for explicitly under ``TRITON_INTERPRET=1``.
