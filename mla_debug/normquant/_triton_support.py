@@ -173,8 +173,8 @@ def row_launch(width: int, m: int, sms: int) -> RowLaunch:
         # Measured on an H200 (benchmarks/normquant_tune.py, DeepSeek-V4 widths): one row per program is
         # fastest at every M. With many rows the kernel is bound by instruction issue, not memory, so the
         # fewest threads per row win (a thread's fixed costs - reductions, correctly rounded divisions -
-        # are paid per row): one warp for up to 2048 values (3.6 vs 4.0 us for V4-Pro at M = 1024), and
-        # with many waves the k row in the q row's program (24.4 vs 26.2 us for V4-Flash at M = 16384).
+        # are paid per row): one warp for up to 2048 values (V4-Pro at M = 1024: 3.6 vs 4.1 us on 2 warps),
+        # and with many waves the k row in the q row's program (V4-Flash at M = 16384: 24.4 vs 26.2 us).
         # Few rows want short per-thread chains instead: 8-16 values per thread.
         if m >= _TARGET_WAVES * sms:
             return RowLaunch(1, max(1, padded // 2048), k_with_q=m >= _MANY_WAVES * sms)

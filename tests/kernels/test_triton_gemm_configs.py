@@ -22,15 +22,11 @@ sizes = dict(
 @settings(max_examples=200, deadline=None)
 @given(**sizes)
 def test_every_config_that_can_be_picked_fits_the_kernel(m, n, k, sms, fnuz):
-    configs = _candidates(m, n, k, sms, fnuz)
-    assert configs[0] == _heuristic(m, n, k, sms, fnuz)
-    assert len(set(configs)) == len(configs)
-    for cfg in configs:
+    for cfg in _candidates(m, n, k, sms, fnuz):
+        # the kernel's rules: one weight-scale block per tile, wgmma-sized row tiles, and every split
+        # has K blocks to sum (an empty split would only add zeros)
         assert BLOCK % cfg.block_n == 0 and cfg.block_m >= 16 and cfg.num_warps in (4, 8)
-        # every split gets K blocks to sum, and a split launch stays within a few waves
-        assert cfg.split_k == 1 or (
-            k // BLOCK // cfg.split_k >= 4 and -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k <= 4 * sms
-        )
+        assert cfg.split_k <= k // BLOCK
 
 
 @settings(max_examples=200, deadline=None)
