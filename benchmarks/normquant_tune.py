@@ -2,8 +2,8 @@
 
   PYTHONPATH=. python3 benchmarks/normquant_tune.py [--ms 1,64,4096,16384]
 
-For each DeepSeek-V4 shape and M, times every candidate (rows per program, warps, and whether a program
-does the k row after its q row or k rows get programs of their own) as CUDA-graph replays (pure GPU time)
+For each DeepSeek-V4 shape and M, times every candidate (rows per program, warps, whether a program
+does the k row after its q row or k rows get programs of their own, and `short_chain`) as CUDA-graph replays (pure GPU time)
 next to the heuristic's choice, after checking that the candidate's outputs are bitwise those of the
 heuristic's. What the heuristic in normquant/_triton_support.py is tuned from.
 """
@@ -39,8 +39,10 @@ def main() -> None:
             base_out = triton_fused.allocate_outputs(nq, False)
             triton_fused.make_launch(nq, base_out, base_cfg)()
             results = []
-            for block_m, warps, k_with_q in itertools.product((1, 2, 4, 8), (1, 2, 4, 8, 16), (False, True)):
-                cfg = support.RowLaunch(block_m, warps, k_with_q)
+            for block_m, warps, k_with_q, short in itertools.product(
+                (1, 2, 4, 8), (1, 2, 4, 8, 16), *[(False, True)] * 2
+            ):
+                cfg = support.RowLaunch(block_m, warps, k_with_q, short)
                 out = triton_fused.allocate_outputs(nq, False)
                 try:
                     launch = triton_fused.make_launch(nq, out, cfg)

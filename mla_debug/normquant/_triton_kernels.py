@@ -97,10 +97,26 @@ def _max_propagating_nan(a, b):
 
 
 @triton.jit
-def _inv_rms(s, N: tl.constexpr, eps, AXES: tl.constexpr):
+def _add_pairs(x, AXES: tl.constexpr):
+    """x with adjacent pairs along its last axis added (half as long). The pairs lie in one thread's
+    registers: loads give each thread at least 16 contiguous bytes, 4 fp32 or 8 bf16 values."""
+    if AXES == 2:
+        a, b = tl.reshape(x, (x.shape[0], x.shape[1], x.shape[2] // 2, 2)).split()
+    else:
+        a, b = tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)).split()
+    return a + b
+
+
+@triton.jit
+def _inv_rms(s, N: tl.constexpr, eps, AXES: tl.constexpr, SHORT_CHAIN: tl.constexpr):
     """1 / sqrt(fp32(sum(s^2) / N) + eps) per row; squares of fp32 are exact in float64."""
     s64 = s.to(tl.float64)
     sq = s64 * s64
+    if SHORT_CHAIN and sq.shape[AXES] >= 8:
+        # A reduction adds a thread's own values one after another: 16 dependent fp64 adds when a thread
+        # holds 16. Two rounds of pair sums first make that chain 2 + 4 long (the result is a sum in
+        # another order, as any reduction's is; see rmsnorm.py on why the fp32 mean does not depend on it).
+        sq = _add_pairs(_add_pairs(sq, AXES), AXES)
     if AXES == 2:
         total = tl.sum(tl.sum(sq, axis=2), axis=1)
     else:
@@ -200,6 +216,7 @@ def _q_rows(
     OVF_AT: tl.constexpr,
     OVF_TIE_UP: tl.constexpr,
     SOFT: tl.constexpr,
+    SHORT_CHAIN: tl.constexpr,
 ):
     # (rows, groups, lanes) tiles: a group's amax is a reduction over the last axis, no reshapes
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -208,11 +225,14 @@ def _q_rows(
     r3 = rows[:, None, None].to(tl.int64)  # row offsets can pass 2^31 elements
     mask = (r3 < M) & (cols < N1)
     s = _load_f32(q_ptr + r3 * stride_q + cols, mask, SOFT)
+    if SHORT_CHAIN:
+        w = _weight_f32(q_w_ptr + cols, cols < N1, GEMMA, SOFT)  # with the row: see _norm_rows
     if HAS_RES:
         s = s + _load_f32(res_ptr + r3 * stride_res + cols, mask, SOFT)
         tl.store(res_out_ptr + r3 * N1 + cols, _round_to(s, res_out_ptr.dtype.element_ty, SOFT), mask=mask)
-    r = _inv_rms(s, N1, q_eps, 2)
-    w = _weight_f32(q_w_ptr + cols, cols < N1, GEMMA, SOFT)
+    r = _inv_rms(s, N1, q_eps, 2, SHORT_CHAIN)
+    if not SHORT_CHAIN:
+        w = _weight_f32(q_w_ptr + cols, cols < N1, GEMMA, SOFT)
     y = (s * r[:, None, None]) * w
     if HAS_UNQ:
         tl.store(unq_ptr + r3 * N1 + cols, _round_to(y, unq_ptr.dtype.element_ty, SOFT), mask=mask)
@@ -254,15 +274,27 @@ def _norm_rows(
     BLOCK_N: tl.constexpr,
     GEMMA: tl.constexpr,
     SOFT: tl.constexpr,
+    SHORT_CHAIN: tl.constexpr,
 ):
-    """Normalize rows of x into the contiguous out, rounded to out's dtype (k; the unfused q)."""
+    """Normalize rows of x into the contiguous out, rounded to out's dtype (k; the unfused q).
+
+    SHORT_CHAIN is for launches with few rows, whose time is one thread's chain of dependent steps: the
+    weights are loaded with the row (a load written after the sum's reduction stays behind its barrier,
+    a second memory round trip in the chain) and the fp64 sum adds pairs first. Both cost registers,
+    which launches with many rows need for occupancy.
+    """
     rows = (pid * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     s = _load_f32(x_ptr + rows[:, None] * stride_x + cols[None, :], mask, SOFT)
-    r = _inv_rms(s, N, eps, 1)
-    w = _weight_f32(w_ptr + cols, cols < N, GEMMA, SOFT)
-    y = (s * r[:, None]) * w[None, :]
+    # The weights are (1, BLOCK_N), the row's layout: a 1-D vector would be moved into it through shared
+    # memory.
+    if SHORT_CHAIN:
+        w = _weight_f32(w_ptr + cols[None, :], cols[None, :] < N, GEMMA, SOFT)
+    r = _inv_rms(s, N, eps, 1, SHORT_CHAIN)
+    if not SHORT_CHAIN:
+        w = _weight_f32(w_ptr + cols[None, :], cols[None, :] < N, GEMMA, SOFT)
+    y = (s * r[:, None]) * w
     tl.store(out_ptr + rows[:, None] * N + cols[None, :], _round_to(y, out_ptr.dtype.element_ty, SOFT), mask=mask)
 
 
@@ -311,6 +343,7 @@ def fused_norm_quant_kernel(
     OVF_TIE_UP: tl.constexpr,
     SOFT: tl.constexpr,
     K_WITH_Q: tl.constexpr,
+    SHORT_CHAIN: tl.constexpr,
 ):
     """One launch for q and k: program (i, 0) normalizes and quantizes q rows [i*BLOCK_M, ...),
     program (i, 1) normalizes the same k rows - or, with K_WITH_Q, program i does both, one after the
@@ -354,10 +387,13 @@ def fused_norm_quant_kernel(
             OVF_AT,
             OVF_TIE_UP,
             SOFT,
+            SHORT_CHAIN,
         )
     if HAS_K:
         if run_k:
-            _norm_rows(pid, k_ptr, k_w_ptr, k_out_ptr, M, stride_k, k_eps, N2, BLOCK_M, BLOCK_N2, GEMMA, SOFT)
+            _norm_rows(
+                pid, k_ptr, k_w_ptr, k_out_ptr, M, stride_k, k_eps, N2, BLOCK_M, BLOCK_N2, GEMMA, SOFT, SHORT_CHAIN
+            )
 
 
 @triton.jit
@@ -385,6 +421,7 @@ def rmsnorm_kernel(
     HAS_RES: tl.constexpr,
     GEMMA: tl.constexpr,
     SOFT: tl.constexpr,
+    SHORT_CHAIN: tl.constexpr,
 ):
     """The unfused path's first launch: q (plus residual) and k rows normalized and stored rounded."""
     pid = tl.program_id(0)
@@ -397,17 +434,24 @@ def rmsnorm_kernel(
             offs = rows[:, None] * stride_q + cols[None, :]
             s = _load_f32(q_ptr + offs, mask, SOFT)
             s = s + _load_f32(res_ptr + rows[:, None] * stride_res + cols[None, :], mask, SOFT)
+            if SHORT_CHAIN:
+                w = _weight_f32(q_w_ptr + cols[None, :], cols[None, :] < N1, GEMMA, SOFT)  # see _norm_rows
             out_offs = rows[:, None] * N1 + cols[None, :]
             tl.store(res_out_ptr + out_offs, _round_to(s, res_out_ptr.dtype.element_ty, SOFT), mask=mask)
-            r = _inv_rms(s, N1, q_eps, 1)
-            w = _weight_f32(q_w_ptr + cols, cols < N1, GEMMA, SOFT)
-            y = (s * r[:, None]) * w[None, :]
+            r = _inv_rms(s, N1, q_eps, 1, SHORT_CHAIN)
+            if not SHORT_CHAIN:
+                w = _weight_f32(q_w_ptr + cols[None, :], cols[None, :] < N1, GEMMA, SOFT)
+            y = (s * r[:, None]) * w
             tl.store(q_out_ptr + out_offs, _round_to(y, q_out_ptr.dtype.element_ty, SOFT), mask=mask)
         else:
-            _norm_rows(pid, q_ptr, q_w_ptr, q_out_ptr, M, stride_q, q_eps, N1, BLOCK_M, BLOCK_N1, GEMMA, SOFT)
+            _norm_rows(
+                pid, q_ptr, q_w_ptr, q_out_ptr, M, stride_q, q_eps, N1, BLOCK_M, BLOCK_N1, GEMMA, SOFT, SHORT_CHAIN
+            )
     else:
         if HAS_K:
-            _norm_rows(pid, k_ptr, k_w_ptr, k_out_ptr, M, stride_k, k_eps, N2, BLOCK_M, BLOCK_N2, GEMMA, SOFT)
+            _norm_rows(
+                pid, k_ptr, k_w_ptr, k_out_ptr, M, stride_k, k_eps, N2, BLOCK_M, BLOCK_N2, GEMMA, SOFT, SHORT_CHAIN
+            )
 
 
 @triton.jit

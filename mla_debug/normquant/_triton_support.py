@@ -146,9 +146,17 @@ class RowLaunch:
     block_m: int
     num_warps: int
     k_with_q: bool = False  # fused kernel: one program per row block does q then k (else one each)
+    # Few programs: time is one thread's dependent chain, so the norm loads its weights with the row and
+    # shortens the fp64 sum's chain, spending registers that launches with many programs need for
+    # occupancy (kernels' SHORT_CHAIN; the bytes are the same either way).
+    short_chain: bool = False
 
     def __str__(self) -> str:
-        return f"BM{self.block_m}-w{self.num_warps}" + ("-kq" if self.k_with_q else "")
+        return (
+            f"BM{self.block_m}-w{self.num_warps}"
+            + ("-kq" if self.k_with_q else "")
+            + ("-sc" if self.short_chain else "")
+        )
 
 
 # Elements of the widest tile one program holds: with 16 fp32 values per thread the fused kernel
@@ -175,15 +183,17 @@ def row_launch(width: int, m: int, sms: int) -> RowLaunch:
         # fewest threads per row win (a thread's fixed costs - reductions, correctly rounded divisions -
         # are paid per row): one warp for up to 2048 values (V4-Pro at M = 1024: 3.6 vs 4.1 us on 2 warps),
         # and with many waves the k row in the q row's program (V4-Flash at M = 16384: 24.4 vs 26.2 us).
-        # Few rows want short per-thread chains instead: 8-16 values per thread.
+        # Few rows want short per-thread chains instead: 8-16 values per thread, the weights loaded with
+        # the row and the fp64 sum added pairwise first (short_chain; V4 widths at M = 1: 1.51 / 1.72 us,
+        # 1.82 / 1.84 us without).
         if m >= _TARGET_WAVES * sms:
             return RowLaunch(1, max(1, padded // 2048), k_with_q=m >= _MANY_WAVES * sms)
-        return RowLaunch(1, max(4, padded // 512))
+        return RowLaunch(1, max(4, padded // 512), short_chain=True)
     block_m = max(1, min(16, _ELEMENTS_PER_PROGRAM // padded))
     while block_m > 1 and -(-m // block_m) < _TARGET_WAVES * sms:
         block_m //= 2
     warps = max(1, min(16, block_m * padded // (32 * _ELEMENTS_PER_THREAD)))
-    return RowLaunch(block_m, warps)
+    return RowLaunch(block_m, warps, short_chain=-(-m // block_m) < _TARGET_WAVES * sms)
 
 
 def launch_for(m: int, widths: tuple[int, ...], device: torch.device) -> RowLaunch:

@@ -118,6 +118,7 @@ def make_launch(
         GEMMA=args.gemma_norm,
         SOFT=soft,
         K_WITH_Q=config.k_with_q,
+        SHORT_CHAIN=config.short_chain,
         num_warps=config.num_warps,
         **support.quant_constants(args.fmt, args.flavor).kwargs(),
     )

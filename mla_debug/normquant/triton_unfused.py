@@ -102,6 +102,7 @@ def make_norm_launch(
         HAS_RES=args.residual is not None,
         GEMMA=args.gemma_norm,
         SOFT=support.interpreting() if soft_cvt is None else bool(soft_cvt),
+        SHORT_CHAIN=config.short_chain,
         num_warps=config.num_warps,
     )
     grid = (-(-m // config.block_m), 1 if args.k is None else 2)

@@ -172,15 +172,18 @@ def test_every_flavor_and_format_bitwise(flavor, fmt):
         compare(f"{flavor}/{fmt} M={m} outliers={outliers}", ours, ref, dtype)
 
 
-@pytest.mark.parametrize(("block_m", "warps", "k_with_q"), [(2, 4, False), (4, 8, False), (8, 16, False), (1, 1, True)])
+@pytest.mark.parametrize(
+    ("block_m", "warps", "k_with_q", "short_chain"),
+    [(2, 4, False, False), (4, 8, False, True), (8, 16, False, False), (1, 1, True, False), (1, 2, True, True)],
+)
 @pytest.mark.parametrize(("n1", "n2"), SHAPES, ids=SHAPE_IDS)
-def test_several_rows_per_program(n1, n2, block_m, warps, k_with_q):
+def test_several_rows_per_program(n1, n2, block_m, warps, k_with_q, short_chain):
     # the heuristic puts several rows in a program only for large M; force it at M = 1001 (a partial
     # last block), poisoned outputs, for the fused kernel and the three unfused launches
     support = _support()
     from mla_debug.normquant import triton_fused, triton_unfused
 
-    config = support.RowLaunch(block_m, warps, k_with_q)
+    config = support.RowLaunch(block_m, warps, k_with_q, short_chain)
     kwargs = qkv_inputs(1001, n1, n2, seed=block_m, outliers=True)
     args = validate_inputs(OP, kwargs["q"], kwargs["q_weight"], 1e-6, kwargs["k"], kwargs["k_weight"], None, None,
                            128, True, "e4m3fn", "aiter", False)  # fmt: skip

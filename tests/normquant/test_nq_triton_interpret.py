@@ -235,15 +235,18 @@ def test_integer_conversions_round_like_torch(fmt):
 # --- several rows per program ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("block_m", "warps", "k_with_q"), [(2, 2, False), (4, 4, False), (1, 1, True), (2, 2, True)])
-def test_several_rows_per_program_with_a_partial_last_block(block_m, warps, k_with_q):
+@pytest.mark.parametrize(
+    ("block_m", "warps", "k_with_q", "short_chain"),
+    [(2, 2, False, False), (4, 4, False, True), (1, 1, True, False), (2, 2, True, True)],
+)
+def test_several_rows_per_program_with_a_partial_last_block(block_m, warps, k_with_q, short_chain):
     # tiny M never makes the heuristic put several rows in one program; force it, with M = 5 so the
     # last program has masked rows
     from mla_debug.normquant import triton_fused, triton_unfused
     from mla_debug.normquant._inputs import validate_inputs
 
     case = make_case(m=5, n1=256, n2=64, seed=41, residual=True, fmt=FNUZ, flavor="deepseek")
-    config = support.RowLaunch(block_m, warps, k_with_q)
+    config = support.RowLaunch(block_m, warps, k_with_q, short_chain)
     for transpose in (False, True):
         args = validate_inputs(
             "fused_qk_rmsnorm_group_quant", case.q, case.q_weight, 1e-6, case.k, case.k_weight, None, case.residual,
