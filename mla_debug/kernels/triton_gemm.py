@@ -72,21 +72,41 @@ def runs_on(device: torch.device, allow_interpreter: bool = False) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool) -> LaunchConfig:
     """Tiles by M, from autotuning DeepSeek shapes on an H200 (benchmarks/RESULTS.md)."""
-    if m <= 16:
-        # A weight stream: narrow tiles, and narrower still until every SM has a tile to stream.
-        block_m, block_n, warps, stages = 16, 64, 4, 4
-        while block_n > 16 and -(-n // block_n) < sms:
-            block_n //= 2
-    elif m <= 64:
-        block_m, block_n, warps, stages = 64, 64, 4, 4
+    k_blocks = -(-k // BLOCK)
+    split = 1
+    if m <= 64:
+        # A weight stream (benchmarks/gemm_decode_sweep.py): 64-wide tiles, and enough programs in flight
+        # to keep every SM streaming - split K for long K (in-launch reduction; 2112x7168 M=1: 13.5 us
+        # with 8 splits, 22.7 us as 16-wide tiles without), and for short K, where a split's fixed costs
+        # outweigh its stream, narrower 16-row tiles (3072x1536 M=1: 8.8 us 32 wide, 9.2 us 64 wide).
+        block_m = 16 if m <= 16 else 64
+        block_n, warps = 64, 4
+        tiles = -(-m // block_m) * -(-n // block_n)
+        if k_blocks > _SHORT_K_BLOCKS:
+            # 16-row tiles do little work per byte: two programs per SM; 64-row tiles: one.
+            wanted = 2 * sms if block_m == 16 else sms
+            while split < 8 and tiles * split < wanted and k_blocks // (2 * split) >= 4:
+                split *= 2
+        elif block_m == 16:
+            while block_n > 32 and tiles < sms // 2:
+                block_n //= 2
+                tiles = -(-m // block_m) * -(-n // block_n)
+        # Deeper pipelines where a tile streams at least 16 K blocks (7168x2048 M=1: 11.3 us with 6 stages,
+        # 11.9 us with 4; 7168x16384 M=64: 49.4 us with 6 and 2 splits, 60.0 us with 4 and none); 16-row
+        # tiles of a split stream gained nothing from them.
+        stages = 6 if k_blocks >= _SHORT_K_BLOCKS and (split == 1 or block_m == 64) else 4
     elif m <= 1024:
         block_m, block_n, warps, stages = 64, 128, 4, 4
     else:
         block_m, block_n, warps, stages = 128, 128, 8, 3
     if fnuz:  # bf16 operands take twice the shared memory per stage
         stages = min(stages, 3)
-    # Split-K stays available to explicit configs; measured, its extra reduction never paid off here.
-    return LaunchConfig(block_m, block_n, warps, stages, 8, 1)
+    return LaunchConfig(block_m, block_n, warps, stages, 8, split)
+
+
+# K blocks up to which a decode GEMM is not split: 7168x2048 (16 blocks) at M=1 takes 11.3-11.9 us unsplit
+# and more with any split.
+_SHORT_K_BLOCKS = 16
 
 
 _TUNED: dict[tuple, LaunchConfig] = {}
@@ -268,7 +288,9 @@ def _candidates(m: int, n: int, k: int, sms: int, fnuz: bool) -> list[LaunchConf
     for bm, bn in shapes:
         if bm > 2 * max(16, m):
             continue
-        for warps, stages in ((4, 4), (8, 3)):
+        for warps, stages in ((4, 4), (8, 3), (4, 6), (4, 8)):
+            if stages > 4 and (bm > 64 or fnuz):  # deep pipelines are for weight streams of fp8 operands
+                continue
             if bm * bn >= 128 * 256 and stages > 3:
                 continue
             tiles = -(-m // bm) * -(-n // bn)

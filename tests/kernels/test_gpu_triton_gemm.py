@@ -121,11 +121,12 @@ def test_every_tile_and_split_configuration_is_within_the_bound(split_k, gen):
                 assert torch.equal(again, out)
 
 
-def test_heuristic_gives_every_sm_a_tile_for_single_tokens():
+def test_heuristic_keeps_every_sm_streaming_for_single_tokens():
     device = torch.device("cuda")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     config = launch_config(1, 2112, 7168, device)
-    assert config.block_m == 16 and (2112 // config.block_n >= sms or config.block_n == 16)
+    programs = -(-2112 // config.block_n) * config.split_k
+    assert config.block_m == 16 and (programs >= 2 * sms or config.split_k == 8)
     assert launch_config(4096, 24576, 1536, device).block_m == 128
 
 

@@ -31,7 +31,18 @@ def test_every_config_that_can_be_picked_fits_the_kernel(m, n, k, sms, fnuz):
 
 @settings(max_examples=200, deadline=None)
 @given(**sizes)
-def test_the_heuristic_gives_every_sm_a_tile_for_few_tokens(m, n, k, sms, fnuz):
-    cfg = _heuristic(min(m, 16), n, k, sms, fnuz)
-    tiles = -(-n // cfg.block_n) * cfg.split_k
-    assert tiles >= sms or cfg.block_n == 16
+def test_decode_launches_keep_every_sm_streaming(m, n, k, sms, fnuz):
+    m = min(m, 64)
+    cfg = _heuristic(m, n, k, sms, fnuz)
+    k_blocks = k // BLOCK
+    programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
+    if k_blocks > 16:
+        # long K: 64-wide tiles, K split until there are enough programs (2 per SM for 16-row tiles, 1 for
+        # 64-row ones), unless the splits would get fewer than 4 K blocks; and no split more than needed
+        wanted = 2 * sms if cfg.block_m == 16 else sms
+        assert cfg.block_n == 64 and 1 <= cfg.split_k <= 8 and k_blocks // cfg.split_k >= 4
+        assert programs >= wanted or cfg.split_k == 8 or k_blocks // (2 * cfg.split_k) < 4
+        assert cfg.split_k == 1 or programs // 2 < wanted
+    else:
+        # short K: never split; 16-row tiles narrowed (down to 32 wide) until half the SMs have one
+        assert cfg.split_k == 1 and (programs >= sms // 2 or cfg.block_n == 32 or cfg.block_m == 64)
