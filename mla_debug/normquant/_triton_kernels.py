@@ -134,6 +134,23 @@ def _weight_f32(w_ptrs, mask, GEMMA: tl.constexpr, SOFT: tl.constexpr):
 
 
 @triton.jit
+def _inv_rms_and_weight(
+    s, w_ptrs, w_mask, N: tl.constexpr, eps, AXES: tl.constexpr, GEMMA: tl.constexpr, SOFT: tl.constexpr,
+    SHORT_CHAIN: tl.constexpr,
+):  # fmt: skip
+    """(1 / rms per row, the weights as fp32). SHORT_CHAIN is for launches with few rows, whose time is one
+    thread's chain of dependent steps: the weights are loaded before the sum's reduction (a load written
+    after it stays behind its barrier, a second memory round trip in the chain) and the fp64 sum adds
+    pairs first. Both cost registers, which launches with many rows need for occupancy."""
+    if SHORT_CHAIN:
+        w = _weight_f32(w_ptrs, w_mask, GEMMA, SOFT)
+    r = _inv_rms(s, N, eps, AXES, SHORT_CHAIN)
+    if not SHORT_CHAIN:
+        w = _weight_f32(w_ptrs, w_mask, GEMMA, SOFT)
+    return r, w
+
+
+@triton.jit
 def _quantize_store(
     y,
     mask,
@@ -225,14 +242,10 @@ def _q_rows(
     r3 = rows[:, None, None].to(tl.int64)  # row offsets can pass 2^31 elements
     mask = (r3 < M) & (cols < N1)
     s = _load_f32(q_ptr + r3 * stride_q + cols, mask, SOFT)
-    if SHORT_CHAIN:
-        w = _weight_f32(q_w_ptr + cols, cols < N1, GEMMA, SOFT)  # with the row: see _norm_rows
     if HAS_RES:
         s = s + _load_f32(res_ptr + r3 * stride_res + cols, mask, SOFT)
         tl.store(res_out_ptr + r3 * N1 + cols, _round_to(s, res_out_ptr.dtype.element_ty, SOFT), mask=mask)
-    r = _inv_rms(s, N1, q_eps, 2, SHORT_CHAIN)
-    if not SHORT_CHAIN:
-        w = _weight_f32(q_w_ptr + cols, cols < N1, GEMMA, SOFT)
+    r, w = _inv_rms_and_weight(s, q_w_ptr + cols, cols < N1, N1, q_eps, 2, GEMMA, SOFT, SHORT_CHAIN)
     y = (s * r[:, None, None]) * w
     if HAS_UNQ:
         tl.store(unq_ptr + r3 * N1 + cols, _round_to(y, unq_ptr.dtype.element_ty, SOFT), mask=mask)
@@ -276,24 +289,14 @@ def _norm_rows(
     SOFT: tl.constexpr,
     SHORT_CHAIN: tl.constexpr,
 ):
-    """Normalize rows of x into the contiguous out, rounded to out's dtype (k; the unfused q).
-
-    SHORT_CHAIN is for launches with few rows, whose time is one thread's chain of dependent steps: the
-    weights are loaded with the row (a load written after the sum's reduction stays behind its barrier,
-    a second memory round trip in the chain) and the fp64 sum adds pairs first. Both cost registers,
-    which launches with many rows need for occupancy.
-    """
+    """Normalize rows of x into the contiguous out, rounded to out's dtype (k; the unfused q)."""
     rows = (pid * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     s = _load_f32(x_ptr + rows[:, None] * stride_x + cols[None, :], mask, SOFT)
     # The weights are (1, BLOCK_N), the row's layout: a 1-D vector would be moved into it through shared
     # memory.
-    if SHORT_CHAIN:
-        w = _weight_f32(w_ptr + cols[None, :], cols[None, :] < N, GEMMA, SOFT)
-    r = _inv_rms(s, N, eps, 1, SHORT_CHAIN)
-    if not SHORT_CHAIN:
-        w = _weight_f32(w_ptr + cols[None, :], cols[None, :] < N, GEMMA, SOFT)
+    r, w = _inv_rms_and_weight(s, w_ptr + cols[None, :], cols[None, :] < N, N, eps, 1, GEMMA, SOFT, SHORT_CHAIN)
     y = (s * r[:, None]) * w
     tl.store(out_ptr + rows[:, None] * N + cols[None, :], _round_to(y, out_ptr.dtype.element_ty, SOFT), mask=mask)
 
@@ -434,13 +437,11 @@ def rmsnorm_kernel(
             offs = rows[:, None] * stride_q + cols[None, :]
             s = _load_f32(q_ptr + offs, mask, SOFT)
             s = s + _load_f32(res_ptr + rows[:, None] * stride_res + cols[None, :], mask, SOFT)
-            if SHORT_CHAIN:
-                w = _weight_f32(q_w_ptr + cols[None, :], cols[None, :] < N1, GEMMA, SOFT)  # see _norm_rows
             out_offs = rows[:, None] * N1 + cols[None, :]
             tl.store(res_out_ptr + out_offs, _round_to(s, res_out_ptr.dtype.element_ty, SOFT), mask=mask)
-            r = _inv_rms(s, N1, q_eps, 1, SHORT_CHAIN)
-            if not SHORT_CHAIN:
-                w = _weight_f32(q_w_ptr + cols[None, :], cols[None, :] < N1, GEMMA, SOFT)
+            r, w = _inv_rms_and_weight(
+                s, q_w_ptr + cols[None, :], cols[None, :] < N1, N1, q_eps, 1, GEMMA, SOFT, SHORT_CHAIN
+            )
             y = (s * r[:, None]) * w
             tl.store(q_out_ptr + out_offs, _round_to(y, q_out_ptr.dtype.element_ty, SOFT), mask=mask)
         else:
