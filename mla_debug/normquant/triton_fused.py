@@ -140,23 +140,29 @@ def check_supported(op: str, args: NormQuantArgs) -> None:
         )
 
 
+def quantized_activation(args: NormQuantArgs, outputs, producer: str) -> QuantizedActivation:
+    """What a quant launch wrote (`outputs`: q_bytes, scale, overflow_counter) as the public result;
+    reads the overflow counter (warning as the torch quantizer does)."""
+    overflows = support.report_overflows(outputs.overflow_counter, f"{producer}: q", args.fmt, args.flavor)
+    return QuantizedActivation(
+        data=outputs.q_bytes.view(args.fmt.dtype),
+        scale=outputs.scale,
+        scale_layout=args.scale_layout,
+        fmt=args.fmt,
+        group_size=args.group_size,
+        producer=producer,
+        flavor=args.flavor.name,
+        overflow_count=overflows,
+    )
+
+
 def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     check_supported(OP, args)  # before allocating, and also when M == 0
     outputs = allocate_outputs(args, return_unquantized)
     if args.m > 0:
         make_launch(args, outputs)()
-    overflows = support.report_overflows(outputs.overflow_counter, f"{OP}: q", args.fmt, args.flavor)
     return NormQuantResult(
-        q_quant=QuantizedActivation(
-            data=outputs.q_bytes.view(args.fmt.dtype),
-            scale=outputs.scale,
-            scale_layout=args.scale_layout,
-            fmt=args.fmt,
-            group_size=args.group_size,
-            producer=OP,
-            flavor=args.flavor.name,
-            overflow_count=overflows,
-        ),
+        q_quant=quantized_activation(args, outputs, OP),
         k_normed=outputs.k_out,
         q_unquantized=outputs.q_unquantized,
         residual_sum=outputs.residual_sum,

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..layouts import QuantizedActivation
 from ..numerics import Fp8Format, QuantFlavor
 from . import _triton_support as support
 from ._inputs import NormQuantArgs, validate_inputs
 from .reference import NormQuantResult
-from .triton_fused import check_supported
+from .triton_fused import check_supported, quantized_activation
 from .unfused import V4UnfusedResult
 
 
@@ -147,20 +146,6 @@ def make_quant_launch(
     return launch
 
 
-def _quantized(args: NormQuantArgs, out: QuantOutputs, producer: str) -> QuantizedActivation:
-    overflows = support.report_overflows(out.overflow_counter, f"{producer}: q", args.fmt, args.flavor)
-    return QuantizedActivation(
-        data=out.q_bytes.view(args.fmt.dtype),
-        scale=out.scale,
-        scale_layout=args.scale_layout,
-        fmt=args.fmt,
-        group_size=args.group_size,
-        producer=producer,
-        flavor=args.flavor.name,
-        overflow_count=overflows,
-    )
-
-
 def _norm_and_quants(args: NormQuantArgs, quants: int) -> tuple[NormOutputs, list[QuantOutputs]]:
     norm = allocate_norm(args)
     outs = [allocate_quant(args) for _ in range(quants)]
@@ -198,7 +183,7 @@ def triton_norm_then_quant(
     support.require_triton(op, args.q.device)
     norm, (out,) = _norm_and_quants(args, 1)
     return NormQuantResult(
-        q_quant=_quantized(args, out, op),
+        q_quant=quantized_activation(args, out, op),
         k_normed=norm.k_out,
         q_unquantized=norm.q_normed if return_unquantized else None,
         residual_sum=norm.residual_sum,
@@ -234,8 +219,8 @@ def triton_norm_then_quant_for_v4(
     norm, (first, second) = _norm_and_quants(args, 2)
     assert norm.k_out is not None  # k is required above
     return V4UnfusedResult(
-        q_for_wq_b=_quantized(args, first, f"{op} (wq_b)"),
-        q_for_indexer=_quantized(args, second, f"{op} (indexer.wq_b)"),
+        q_for_wq_b=quantized_activation(args, first, f"{op} (wq_b)"),
+        q_for_indexer=quantized_activation(args, second, f"{op} (indexer.wq_b)"),
         k_normed=norm.k_out,
         q_bf16=norm.q_normed,
     )

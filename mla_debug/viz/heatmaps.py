@@ -39,6 +39,26 @@ def step_order(result: TriageResult, mode: str) -> list[str]:
     return list(names)
 
 
+def _rel_err_heatmap(z, x, y, hover, low: float, high: float, name: str, **gaps) -> go.Heatmap:
+    """A heatmap of log10 rel_err on the shared colour scale, its colour bar labelled in plain rel_err."""
+    import plotly.graph_objects as go
+
+    tickvals, ticktext = log_ticks(low, high)
+    return go.Heatmap(
+        z=z,
+        x=x,
+        y=y,
+        customdata=hover,
+        hovertemplate="%{customdata}<extra></extra>",
+        colorscale=COLOURSCALE,
+        zmin=low,
+        zmax=high,
+        name=name,
+        colorbar=dict(title=dict(text="rel_err"), tickvals=tickvals, ticktext=ticktext),
+        **gaps,
+    )
+
+
 def error_heatmap(result: TriageResult, mode: str) -> go.Figure:
     """plotly Figure of `result.error_matrix(mode)`: rows TP sizes, columns steps in layer order,
     colour log10 of each step's relative L2 error against the reference at the same TP size.
@@ -90,23 +110,7 @@ def error_heatmap(result: TriageResult, mode: str) -> go.Figure:
                 )
         hover.append(row)
 
-    tickvals, ticktext = log_ticks(low, high)
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=steps,
-            y=labels,
-            customdata=hover,
-            hovertemplate="%{customdata}<extra></extra>",
-            colorscale=COLOURSCALE,
-            zmin=low,
-            zmax=high,
-            xgap=1,
-            ygap=1,
-            name="rel_err",
-            colorbar=dict(title=dict(text="rel_err"), tickvals=tickvals, ticktext=ticktext),
-        )
-    )
+    fig = go.Figure(_rel_err_heatmap(z, steps, labels, hover, low, high, "rel_err", xgap=1, ygap=1))
     # A marker trace as well as the outlines: it survives a greyscale print, where a red outline on a
     # dark cell would not. The subtitle explains it rather than a legend, which would compete with the
     # title for the top band of a narrow figure.
@@ -183,21 +187,7 @@ def block_heatmap(result: TriageResult, tp: int, mode: str, step: str | None = N
         if name == config.diff.first_divergent_step
         else ("worst step" if step is None else "chosen step")
     )
-    tickvals, ticktext = log_ticks(low, high)
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=blocks,
-            y=tokens,
-            customdata=hover,
-            hovertemplate="%{customdata}<extra></extra>",
-            colorscale=COLOURSCALE,
-            zmin=low,
-            zmax=high,
-            name="block rel_err",
-            colorbar=dict(title=dict(text="rel_err"), tickvals=tickvals, ticktext=ticktext),
-        )
-    )
+    fig = go.Figure(_rel_err_heatmap(z, blocks, tokens, hover, low, high, "block rel_err"))
     fig.update_layout(
         title=dict(
             text=(

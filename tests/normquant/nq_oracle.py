@@ -261,3 +261,29 @@ def scale_memory_order(buffer: torch.Tensor) -> torch.Tensor:
     """The buffer's floats in memory order (what a raw-pointer kernel reads), from its storage."""
     storage = torch.empty(0, dtype=buffer.dtype).set_(buffer.untyped_storage())
     return storage[buffer.storage_offset() : buffer.storage_offset() + buffer.numel()].clone()
+
+
+def conversion_probe_values(randoms: int, exponents: tuple[int, int]) -> torch.Tensor:
+    """fp32 values that probe fp32 -> fp8 conversions: every finite fp8 value (both formats, times 1/2, 1
+    and 2), its fp32 neighbours, the midpoints between them, `randoms` normal values scaled by 2^e with e
+    drawn from [exponents), and the special cases."""
+    codes = torch.arange(256, dtype=torch.int64).to(torch.uint8)
+    grid = []
+    for dtype in (FN, FNUZ):
+        values = codes.view(dtype).float()
+        values = values[torch.isfinite(values)]
+        for factor in (0.5, 1.0, 2.0):
+            v = values * factor
+            grid += [
+                v,
+                torch.nextafter(v, torch.full_like(v, math.inf)),
+                torch.nextafter(v, torch.full_like(v, -math.inf)),
+            ]
+    base = torch.cat(grid).sort().values
+    gen = torch.Generator().manual_seed(0)
+    rand = torch.randn(randoms, generator=gen) * torch.exp2(
+        torch.randint(*exponents, (randoms,), generator=gen).float()
+    )
+    special = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e30, -1e30, 232.0, -232.0, 247.9, 248.0, 464.0, 465.0]
+    special += [1e-40, -1e-40, 3.4e38, -(2.0**-10), 2.0**-11, 1.5 * 2.0**-11]
+    return torch.cat([base, (base[:-1] + base[1:]) / 2, rand, torch.tensor(special)])

@@ -21,6 +21,7 @@ import warnings
 
 import pytest
 import torch
+from nq_oracle import conversion_probe_values
 
 from mla_debug.normquant import (
     fused_qk_rmsnorm_group_quant,
@@ -229,23 +230,7 @@ def test_hardware_conversions_equal_the_integer_ones_and_torch():
     # the conversions the compiled kernels use (cvt.rn.satfinite) against the integer path the
     # interpreter tests check, and against torch's CUDA casts
     support = _support()
-    codes = torch.arange(256, dtype=torch.int64).to(torch.uint8)
-    grid = []
-    for dtype in (FN, FNUZ):
-        v = codes.view(dtype).float()
-        v = v[torch.isfinite(v)]
-        for factor in (0.5, 1.0, 2.0):
-            x = v * factor
-            grid += [
-                x,
-                torch.nextafter(x, torch.full_like(x, float("inf"))),
-                torch.nextafter(x, -torch.full_like(x, float("inf"))),
-            ]
-    base = torch.cat(grid).sort().values
-    gen = torch.Generator().manual_seed(0)
-    rand = torch.randn(1 << 20, generator=gen) * torch.exp2(torch.randint(-20, 12, (1 << 20,), generator=gen).float())
-    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 232.0, 248.0, 464.0, 1e-40, 3.4e38])
-    x = torch.cat([base, (base[:-1] + base[1:]) / 2, rand, special]).cuda()
+    x = conversion_probe_values(1 << 20, (-20, 12)).cuda()
     for dtype in (FN, FNUZ):
         hard, hard_bf16 = support.convert_values(x, fnuz=dtype == FNUZ, soft=False)
         soft, soft_bf16 = support.convert_values(x, fnuz=dtype == FNUZ, soft=True)

@@ -32,7 +32,7 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from nq_cases import activations, check_against_oracle, check_scale_buffer, make_case, norm_weight  # noqa: E402
-from nq_oracle import FLAVORS, FN, FNUZ, assert_bits_equal, fused_reference  # noqa: E402
+from nq_oracle import FLAVORS, FN, FNUZ, assert_bits_equal, conversion_probe_values, fused_reference  # noqa: E402
 
 from mla_debug.layouts import ScaleLayout  # noqa: E402
 from mla_debug.normquant import _triton_support as support  # noqa: E402
@@ -199,26 +199,7 @@ def test_v4_unfused_quantizes_the_same_bf16_twice(transpose):
 
 
 def _probe_values() -> torch.Tensor:
-    """Every finite fp8 value (both formats, times 1/2, 1 and 2), its fp32 neighbours, the midpoints
-    between them, random values over 24 binades, and the special cases."""
-    codes = torch.arange(256, dtype=torch.int64).to(torch.uint8)
-    grid = []
-    for dtype in (FN, FNUZ):
-        values = codes.view(dtype).float()
-        values = values[torch.isfinite(values)]
-        for factor in (0.5, 1.0, 2.0):
-            v = values * factor
-            grid += [
-                v,
-                torch.nextafter(v, torch.full_like(v, math.inf)),
-                torch.nextafter(v, torch.full_like(v, -math.inf)),
-            ]
-    base = torch.cat(grid).sort().values
-    gen = torch.Generator().manual_seed(0)
-    rand = torch.randn(2000, generator=gen) * torch.exp2(torch.randint(-14, 10, (2000,), generator=gen).float())
-    special = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e30, -1e30, 232.0, -232.0, 247.9, 248.0, 464.0, 465.0]
-    special += [1e-40, -1e-40, 3.4e38, -(2.0**-10), 2.0**-11, 1.5 * 2.0**-11]
-    return torch.cat([base, (base[:-1] + base[1:]) / 2, rand, torch.tensor(special)])
+    return conversion_probe_values(2000, (-14, 10))
 
 
 @pytest.mark.parametrize("fmt", [FN, FNUZ], ids=["fn", "fnuz"])
