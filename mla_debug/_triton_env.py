@@ -75,3 +75,19 @@ def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.lru_cache(maxsize=16)
+def hopper_gluon(device: torch.device) -> bool:
+    """Whether `device` is a Hopper GPU (sm_90) and this triton has the Gluon dialect with its Hopper
+    operations (wgmma, cp.async): what the Gluon kernels need (they are written for sm_90's tensor cores)."""
+    if device.type != "cuda" or interpreting() or import_error() is not None:
+        return False
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return False
+    try:
+        from triton.experimental import gluon  # noqa: F401
+        from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma  # noqa: F401
+    except ImportError:
+        return False
+    return True

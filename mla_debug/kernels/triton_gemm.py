@@ -167,6 +167,16 @@ def check_operands(
         raise ValueError(f"{name}: operands are on {sorted(map(str, devices))}; put them on one device")
 
 
+def gluon_fits(cfg: LaunchConfig) -> bool:
+    """Whether the Gluon kernel's copy layouts cover `cfg`'s tiles without two threads copying one
+    element: activation rows 4 per warp, and the weight tile's 16-row bands 2 K chunks per warp, the
+    warps spread over bands first (tiles at least one band wide)."""
+    if cfg.block_n < SHUFFLE_BAND:
+        return False
+    warps_n = min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND)
+    return cfg.block_m >= 4 * cfg.num_warps and 2 * (cfg.num_warps // warps_n) <= BLOCK // 16
+
+
 def triton_block_scaled_mm(
     a: torch.Tensor,
     a_scale: torch.Tensor,
@@ -178,6 +188,7 @@ def triton_block_scaled_mm(
     shuffled: bool = False,
     config: LaunchConfig | None = None,
     name: str = "triton gemm",
+    staging: str = "auto",
 ) -> torch.Tensor:
     """bf16 (M, N) = a (M, K) fp8 x w (N, K)^T with 1x128 input and 128x128 weight scales.
 
@@ -185,7 +196,15 @@ def triton_block_scaled_mm(
     g*M + m), not a description of `a_scale`: a buffer written in the other order is read wrongly,
     silently, as by the real kernels. `shuffled` reads `w` as preshuffled (16, 16) with rows of
     ``w.shape[1]`` bytes (K-padding allowed). `fmt` is the format of both operands' bytes.
+
+    `staging` picks how a preshuffled weight tile is staged in shared memory: "interleaved" (the Gluon
+    kernel, Hopper only: each 32-byte sector of the shuffled bytes lands in 32 contiguous bytes),
+    "swizzled" (the Triton kernel's layout for every operand), or "auto" (interleaved wherever it can
+    run: a shuffled e4m3fn weight on an sm_90 GPU, tiles the Gluon copies cover). Both give the same
+    bytes for the same launch config.
     """
+    if staging not in ("auto", "interleaved", "swizzled"):
+        raise ValueError(f"{name}: staging must be 'auto', 'interleaved' or 'swizzled', not {staging!r}")
     check_operands(name, a, a_scale, w, w_scale, k, fmt, shuffled)
     ok, why = triton_status()
     if not ok:
@@ -196,6 +215,14 @@ def triton_block_scaled_mm(
     cfg = config or launch_config(m, n, k, a.device, fnuz)
     if BLOCK % cfg.block_n:
         raise ValueError(f"{name}: block_n={cfg.block_n} must divide 128 (one weight-scale block per tile)")
+    if staging == "interleaved" and not (
+        shuffled and not fnuz and gluon_fits(cfg) and triton_env.hopper_gluon(a.device)
+    ):
+        raise ValueError(
+            f"{name}: interleaved staging needs a preshuffled e4m3fn weight, an sm_90 GPU with triton's Gluon "
+            f"dialect and a tile its copies cover (block_m >= 4 x warps, at most 4 warps along K); "
+            f"got shuffled={shuffled}, {fmt.name}, {cfg}, {a.device}"
+        )
     stride_sm, stride_sk = (groups, 1) if scale_bytes == ScaleLayout.ROW_MAJOR else (1, m)
     if scale_bytes == ScaleLayout.COL_MAJOR_STRIDED:
         stride_sm, stride_sk = 1, m  # same bytes as COL_MAJOR
@@ -212,6 +239,44 @@ def triton_block_scaled_mm(
 
     # e4m3fn goes in as fp8 (tensor cores read it directly); e4m3fnuz as bytes the kernel decodes.
     operand = torch.uint8 if fnuz else torch.float8_e4m3fn
+    if staging == "auto":
+        staging = (
+            "interleaved"
+            if shuffled and not fnuz and gluon_fits(cfg) and triton_env.hopper_gluon(a.device)
+            else "swizzled"
+        )
+    if staging == "interleaved":
+        from ._gluon_shuffled_gemm import shuffled_gemm_kernel
+
+        shuffled_gemm_kernel[(tiles, cfg.split_k)](
+            a.view(operand),
+            a_scale,
+            w.view(operand),
+            w_scale,
+            out,
+            partials,
+            arrivals,
+            m,
+            n,
+            k,
+            w.shape[1],
+            a.stride(0),
+            stride_sm,
+            stride_sk,
+            w_scale.stride(0),
+            w_scale.stride(1),
+            n,
+            m * n,
+            SPLIT_K=cfg.split_k,
+            STAGGER=cfg.stagger,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            GROUP_M=cfg.group_m,
+            STAGES=cfg.num_stages,
+            W_WARPS_N=min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND),
+            num_warps=cfg.num_warps,
+        )
+        return out
     block_scaled_gemm_kernel[(tiles, cfg.split_k)](
         a.view(operand),
         a_scale,  # the kernel addresses its raw bytes (check_operands: a gap-free buffer)

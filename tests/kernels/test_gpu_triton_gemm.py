@@ -14,7 +14,8 @@ import torch
 from helpers import accumulation_bound, assert_within_accumulation_bound, random_tokens, random_weight
 
 import mla_debug as md
-from mla_debug.kernels.triton_gemm import LaunchConfig, launch_config, triton_block_scaled_mm
+from mla_debug import _triton_env
+from mla_debug.kernels.triton_gemm import LaunchConfig, gluon_fits, launch_config, triton_block_scaled_mm
 
 pytestmark = pytest.mark.gpu
 
@@ -119,6 +120,70 @@ def test_every_tile_and_split_configuration_is_within_the_bound(split_k, gen):
                     qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 7168, config=config
                 )
                 assert torch.equal(again, out)
+
+
+# Tiles of 16 rows (mma.sync), 32 (mma.sync, 8 warps), 64 and 128 (wgmma); 32- to 128-wide; split-K.
+STAGING_CONFIGS = [
+    LaunchConfig(16, 32, 4, 4, 8, 1),
+    LaunchConfig(16, 64, 4, 6, 8, 8),
+    LaunchConfig(32, 64, 8, 4, 8, 1),
+    LaunchConfig(64, 64, 4, 6, 8, 2),
+    LaunchConfig(64, 128, 4, 4, 8, 1),
+    LaunchConfig(128, 128, 8, 3, 8, 1),
+]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or not _triton_env.hopper_gluon(torch.device("cuda")),
+    reason="the interleaved staging (Gluon kernel) runs on sm_90 GPUs",
+)
+@pytest.mark.parametrize("config", STAGING_CONFIGS, ids=str)
+@pytest.mark.parametrize("m", [1, 40, 300])
+def test_both_stagings_of_a_preshuffled_weight_give_the_plain_kernels_bytes(config, m, gen):
+    # N = 2112 leaves a partial 128-wide column tile; M = 40 and 300 partial row tiles.
+    weight = on_cuda(random_weight(2112, 7168, gen))
+    shuffled = weight.shuffled((16, 16), by="test")
+    qa = md.quantize_groups(random_tokens(m, 7168, gen).cuda())
+    col = qa.presented_as("col_major")
+    assert gluon_fits(config)
+    outs = {}
+    for staging in ("interleaved", "swizzled"):
+        poison_allocator()
+        outs[staging] = triton_block_scaled_mm(
+            col.data,
+            col.scale,
+            md.ScaleLayout.COL_MAJOR,
+            shuffled.data,
+            shuffled.scale,
+            7168,
+            shuffled=True,
+            config=config,
+            staging=staging,
+        )
+    poison_allocator()
+    plain = triton_block_scaled_mm(
+        qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 7168, config=config
+    )
+    assert torch.isfinite(plain).all()
+    assert torch.equal(outs["interleaved"], plain) and torch.equal(outs["swizzled"], plain)
+
+
+def test_interleaved_staging_refuses_what_it_cannot_run(gen):
+    weight = on_cuda(random_weight(256, 512, gen, fmt=md.E4M3FNUZ))
+    qa = md.quantize_groups(random_tokens(4, 512, gen).cuda(), fmt=md.E4M3FNUZ)
+    shuffled = weight.shuffled((16, 16), by="test")
+    with pytest.raises(ValueError, match="interleaved staging needs a preshuffled e4m3fn weight"):
+        triton_block_scaled_mm(
+            qa.data,
+            qa.scale,
+            md.ScaleLayout.ROW_MAJOR,
+            shuffled.data,
+            shuffled.scale,
+            512,
+            md.E4M3FNUZ,
+            shuffled=True,
+            staging="interleaved",
+        )
 
 
 def test_heuristic_keeps_every_sm_streaming_for_single_tokens():

@@ -143,3 +143,16 @@ def test_bad_operands_are_named(change, message, gen):
     a, s, w, ws = change(x.data, x.scale, weight.data, weight.scale)
     with pytest.raises((ValueError, TypeError), match=message):
         triton_block_scaled_mm(a, s, md.ScaleLayout.ROW_MAJOR, w, ws, K, name="q_b_proj")
+
+
+def test_the_staging_of_a_preshuffled_weight_is_checked(gen):
+    qw = md.quantize_blocks(torch.randn(N, K, generator=gen) * 0.02).shuffled((16, 16), by="test")
+    qa = md.quantize_groups(random_tokens(2, K, gen), scale_layout="col_major")
+    args = (qa.data, qa.scale, md.ScaleLayout.COL_MAJOR, qw.data, qw.scale, K)
+    with pytest.raises(ValueError, match="staging must be 'auto', 'interleaved' or 'swizzled', not 'tma'"):
+        triton_block_scaled_mm(*args, shuffled=True, staging="tma")
+    # The interleaved staging is a Gluon kernel for sm_90 GPUs: asked for here, it says so.
+    with pytest.raises(ValueError, match="interleaved staging needs .* an sm_90 GPU"):
+        triton_block_scaled_mm(*args, shuffled=True, staging="interleaved")
+    auto = triton_block_scaled_mm(*args, shuffled=True)
+    assert torch.equal(auto, triton_block_scaled_mm(*args, shuffled=True, staging="swizzled"))

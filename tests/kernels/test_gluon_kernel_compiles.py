@@ -1,0 +1,81 @@
+"""The Gluon preshuffled GEMM compiles for Hopper with the installed triton, on any machine.
+
+Gluon is triton's experimental dialect and its API moves between releases (``async_copy_global_to_shared``
+became ``async_load``, ``thread_barrier`` became ``barrier``); the GPU tests run it on one triton version
+only. Compiling it here for sm_90a - no GPU needed - catches a break with the version CI installs, and
+the compiled code is checked for what the kernel is for: the weight tile staged unswizzled, 16-byte
+copies, and the tensor-core instruction each tile shape is meant to use (the plain Triton kernel's, so
+that both give the same bytes).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mla_debug.kernels.triton_gemm import SHUFFLE_BAND, LaunchConfig, gluon_fits
+
+triton = pytest.importorskip("triton")
+pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper", reason="this triton has no Gluon")
+runtime = pytest.importorskip("triton.experimental.gluon._runtime", reason="this triton has no Gluon runtime")
+
+POINTERS = {
+    "a_ptr": "*fp8e4nv",
+    "a_scale_ptr": "*fp32",
+    "w_ptr": "*fp8e4nv",
+    "w_scale_ptr": "*fp32",
+    "out_ptr": "*bf16",
+    "partial_ptr": "*fp32",
+    "arrivals_ptr": "*i32",
+}
+SCALARS = ("M", "N", "K", "KP", "stride_am", "stride_sm", "stride_sk", "stride_wsn", "stride_wsk", "stride_om")
+
+
+def compile_for_hopper(cfg: LaunchConfig):
+    from triton.backends.compiler import GPUTarget
+
+    from mla_debug.kernels._gluon_shuffled_gemm import shuffled_gemm_kernel
+
+    signature = dict(POINTERS, **{name: "i32" for name in SCALARS}, stride_split="i32")
+    constexprs = dict(
+        SPLIT_K=cfg.split_k,
+        STAGGER=cfg.stagger,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        GROUP_M=cfg.group_m,
+        STAGES=cfg.num_stages,
+        W_WARPS_N=min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND),
+    )
+    signature.update({name: "constexpr" for name in constexprs})
+    names = list(signature)
+    aligned = [names.index(n) for n in (*POINTERS, "N", "K", "KP", "stride_am", "stride_om", "stride_split")]
+    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
+    source = runtime.GluonASTSource(fn=shuffled_gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg.num_warps))
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [LaunchConfig(16, 64, 4, 4, 8, 8), LaunchConfig(64, 128, 4, 4, 8, 1), LaunchConfig(128, 128, 8, 3, 8, 1)],
+    ids=str,
+)
+def test_compiles_for_sm90_with_the_weight_tile_unswizzled(cfg):
+    assert gluon_fits(cfg)
+    kernel = compile_for_hopper(cfg)
+    ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
+    # The weight buffer: an unswizzled MMA layout (the activation one keeps the 128-byte swizzle).
+    assert re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir)
+    assert re.search(r"nvmma_shared<\{swizzlingByteWidth = 128,", ttgir)
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], (0x10|16)", ptx)
+    assert copies and "cp.async.ca" not in ptx  # 16-byte copies only
+    if cfg.block_m >= 64:
+        assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
+    else:  # 16-row tiles: mma.sync on fp16 copies, as Triton compiles the plain kernel's tl.dot there
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx and "wgmma" not in ptx
+
+
+def test_tiles_the_copies_do_not_cover_are_left_to_the_triton_kernel():
+    assert not gluon_fits(LaunchConfig(16, 64, 8, 4))  # 8 warps x 4 rows > 16 rows
+    assert not gluon_fits(LaunchConfig(64, 8, 4, 4))  # narrower than one 16-row band
+    assert gluon_fits(LaunchConfig(16, 32, 4, 4))
