@@ -123,30 +123,35 @@ def cublas_call(qa: md.QuantizedActivation, qw: md.QuantizedWeight):
     return call
 
 
-def run_case(m, n, k, gen, timer, tune: bool, swap_scales: bool = False) -> dict:
-    w_bf16, x_bf16, qw, qa = operands(m, n, k, gen)
+def triton_variants(qa: md.QuantizedActivation, qw: md.QuantizedWeight, k: int) -> dict:
+    """The Triton GEMM calls compared: the plain weight, the preshuffled weight (default staging), and
+    the same preshuffled launch with the weight tile staged in the Triton kernel's swizzled layout."""
     shuffled = qw.shuffled((16, 16), by="bench")
     col = qa.presented_as("col_major")
-    variants = {
+
+    def preshuffled(staging: str):
+        return lambda: triton_block_scaled_mm(
+            col.data, col.scale, md.ScaleLayout.COL_MAJOR, shuffled.data, shuffled.scale, k, shuffled=True,
+            staging=staging,
+        )  # fmt: skip
+
+    return {
         "triton": lambda: triton_block_scaled_mm(qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, qw.data, qw.scale, k),
-        "triton_preshuffled": lambda: triton_block_scaled_mm(
-            col.data, col.scale, md.ScaleLayout.COL_MAJOR, shuffled.data, shuffled.scale, k, shuffled=True
-        ),
-        # The same launch with the weight tile staged in the Triton kernel's swizzled layout, side by side.
-        "triton_preshuffled_swizzled": lambda: triton_block_scaled_mm(
-            col.data,
-            col.scale,
-            md.ScaleLayout.COL_MAJOR,
-            shuffled.data,
-            shuffled.scale,
-            k,
-            shuffled=True,
-            staging="swizzled",
-        ),
+        "triton_preshuffled": preshuffled("auto"),
+        "triton_preshuffled_swizzled": preshuffled("swizzled"),
+    }
+
+
+def run_case(m, n, k, gen, timer, tune: bool, swap_scales: bool = False) -> dict:
+    w_bf16, x_bf16, qw, qa = operands(m, n, k, gen)
+    variants = {
+        **triton_variants(qa, qw, k),
         "cublas": cublas_call(qa, qw),
         "bf16": lambda: torch.matmul(x_bf16, w_bf16.t()),
     }
     if swap_scales:  # each weight layout with the other kernel's activation-scale byte order
+        shuffled = qw.shuffled((16, 16), by="bench")
+        col = qa.presented_as("col_major")
         variants["plain_colmajor_scales"] = lambda: triton_block_scaled_mm(
             col.data, col.scale, md.ScaleLayout.COL_MAJOR, qw.data, qw.scale, k
         )

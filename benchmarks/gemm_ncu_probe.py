@@ -16,10 +16,9 @@ from __future__ import annotations
 import argparse
 
 import torch
-from gemm_bench import check, operands  # benchmarks/ is on sys.path when run as a script
+from gemm_bench import check, operands, triton_variants  # benchmarks/ is on sys.path when run as a script
 
-import mla_debug as md
-from mla_debug.kernels.triton_gemm import launch_config, triton_block_scaled_mm
+from mla_debug.kernels.triton_gemm import launch_config
 
 CASES = [(3072, 1536, 8192), (24576, 1536, 1024), (24576, 1536, 1), (7168, 16384, 256)]
 
@@ -34,26 +33,10 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     for n, k, m in cases:
         _, _, qw, qa = operands(m, n, k, gen)
-        shuffled = qw.shuffled((16, 16), by="probe")
-        col = qa.presented_as("col_major")
-        plain = triton_block_scaled_mm(qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, qw.data, qw.scale, k)
-        pre = triton_block_scaled_mm(
-            col.data, col.scale, md.ScaleLayout.COL_MAJOR, shuffled.data, shuffled.scale, k, shuffled=True
-        )
-        swizzled = triton_block_scaled_mm(
-            col.data,
-            col.scale,
-            md.ScaleLayout.COL_MAJOR,
-            shuffled.data,
-            shuffled.scale,
-            k,
-            shuffled=True,
-            staging="swizzled",
-        )
+        # One launch each, in the order plain, preshuffled (default staging), preshuffled swizzled.
+        outs = {name: call() for name, call in triton_variants(qa, qw, k).items()}
         torch.cuda.synchronize()
-        notes = [
-            check(name, out, qa, qw) for name, out in (("plain", plain), ("preshuffled", pre), ("swizzled", swizzled))
-        ]
+        notes = [check(name, out, qa, qw) for name, out in outs.items()]
         print(f"{n}x{k} M={m} {launch_config(m, n, k, torch.device('cuda'))}", *[x for x in notes if x], flush=True)
 
 

@@ -215,9 +215,8 @@ def triton_block_scaled_mm(
     cfg = config or launch_config(m, n, k, a.device, fnuz)
     if BLOCK % cfg.block_n:
         raise ValueError(f"{name}: block_n={cfg.block_n} must divide 128 (one weight-scale block per tile)")
-    if staging == "interleaved" and not (
-        shuffled and not fnuz and gluon_fits(cfg) and triton_env.hopper_gluon(a.device)
-    ):
+    interleaved_runs = shuffled and not fnuz and gluon_fits(cfg) and triton_env.hopper_gluon(a.device)
+    if staging == "interleaved" and not interleaved_runs:
         raise ValueError(
             f"{name}: interleaved staging needs a preshuffled e4m3fn weight, an sm_90 GPU with triton's Gluon "
             f"dialect and a tile its copies cover (block_m >= 4 x warps, at most 4 warps along K); "
@@ -239,64 +238,23 @@ def triton_block_scaled_mm(
 
     # e4m3fn goes in as fp8 (tensor cores read it directly); e4m3fnuz as bytes the kernel decodes.
     operand = torch.uint8 if fnuz else torch.float8_e4m3fn
-    if staging == "auto":
-        staging = (
-            "interleaved"
-            if shuffled and not fnuz and gluon_fits(cfg) and triton_env.hopper_gluon(a.device)
-            else "swizzled"
-        )
-    if staging == "interleaved":
+    # The raw buffers and sizes both kernels take, in their order; the Triton kernel also takes the weight's
+    # row stride (the Gluon one reads only shuffled weights: one contiguous buffer).
+    buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
+    scales = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)
+    if staging == "interleaved" or (staging == "auto" and interleaved_runs):
         from ._gluon_shuffled_gemm import shuffled_gemm_kernel
 
         shuffled_gemm_kernel[(tiles, cfg.split_k)](
-            a.view(operand),
-            a_scale,
-            w.view(operand),
-            w_scale,
-            out,
-            partials,
-            arrivals,
-            m,
-            n,
-            k,
-            w.shape[1],
-            a.stride(0),
-            stride_sm,
-            stride_sk,
-            w_scale.stride(0),
-            w_scale.stride(1),
-            n,
-            m * n,
-            SPLIT_K=cfg.split_k,
-            STAGGER=cfg.stagger,
-            BLOCK_M=cfg.block_m,
-            BLOCK_N=cfg.block_n,
-            GROUP_M=cfg.group_m,
-            STAGES=cfg.num_stages,
-            W_WARPS_N=min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND),
-            num_warps=cfg.num_warps,
+            *buffers, a.stride(0), *scales, **gluon_constants(cfg), num_warps=cfg.num_warps
         )
         return out
+    # The kernel addresses a_scale's raw bytes (check_operands: a gap-free buffer).
     block_scaled_gemm_kernel[(tiles, cfg.split_k)](
-        a.view(operand),
-        a_scale,  # the kernel addresses its raw bytes (check_operands: a gap-free buffer)
-        w.view(operand),
-        w_scale,
-        out,
-        partials,
-        arrivals,
-        m,
-        n,
-        k,
-        w.shape[1],
+        *buffers,
         a.stride(0),
         w.stride(0),
-        stride_sm,
-        stride_sk,
-        w_scale.stride(0),
-        w_scale.stride(1),
-        n,
-        m * n,
+        *scales,
         SHUFFLED=shuffled,
         FNUZ=fnuz,
         EXACT_FP32_DOT=triton_env.interpreting(),
@@ -309,6 +267,19 @@ def triton_block_scaled_mm(
         num_stages=cfg.num_stages,
     )
     return out
+
+
+def gluon_constants(cfg: LaunchConfig) -> dict[str, int | bool]:
+    """The compile-time arguments of the Gluon kernel for a launch config."""
+    return dict(
+        SPLIT_K=cfg.split_k,
+        STAGGER=cfg.stagger,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        GROUP_M=cfg.group_m,
+        STAGES=cfg.num_stages,
+        W_WARPS_N=min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND),
+    )
 
 
 def autotune(

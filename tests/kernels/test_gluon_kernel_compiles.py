@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from mla_debug.kernels.triton_gemm import SHUFFLE_BAND, LaunchConfig, gluon_fits
+from mla_debug.kernels.triton_gemm import LaunchConfig, gluon_constants, gluon_fits
 
 triton = pytest.importorskip("triton")
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper", reason="this triton has no Gluon")
@@ -38,15 +38,7 @@ def compile_for_hopper(cfg: LaunchConfig):
     from mla_debug.kernels._gluon_shuffled_gemm import shuffled_gemm_kernel
 
     signature = dict(POINTERS, **{name: "i32" for name in SCALARS}, stride_split="i32")
-    constexprs = dict(
-        SPLIT_K=cfg.split_k,
-        STAGGER=cfg.stagger,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        GROUP_M=cfg.group_m,
-        STAGES=cfg.num_stages,
-        W_WARPS_N=min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND),
-    )
+    constexprs = gluon_constants(cfg)
     signature.update({name: "constexpr" for name in constexprs})
     names = list(signature)
     aligned = [names.index(n) for n in (*POINTERS, "N", "K", "KP", "stride_am", "stride_om", "stride_split")]
