@@ -13,7 +13,7 @@ the process. Tests never autotune.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -109,14 +109,45 @@ def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool) -> LaunchConfig:
 _SHORT_K_BLOCKS = 16
 
 
+@functools.lru_cache(maxsize=4096)
+def interleaved_stages(cfg: LaunchConfig, m: int, n: int, sms: int) -> LaunchConfig:
+    """The heuristic's config with the pipeline depth the interleaved (Gluon) kernel runs best at. The
+    stage count changes no arithmetic, so the bytes stay the plain kernel's for the same config.
+
+    Measured on an H200 (benchmarks/RESULTS.md): where the grid gives each SM at most one program, its
+    latency is the limit and deeper pipelines pay (3072x1536 M=64: 0.73 -> 0.85 of the plain kernel with 12
+    stages) - except for single tokens, which lost 10% with them (3072x1536 and 7168x2048 M=1: 0.97 and
+    0.90 of plain with the heuristic's depth, 0.86 and 0.81 with 12 stages); where there are two or more
+    programs per SM for 64-row tiles, 3 stages fit three programs on an SM instead of two (2112x7168
+    M=1024: 0.66 -> 0.92).
+    """
+    programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
+    per_stage = (cfg.block_m + cfg.block_n) * BLOCK
+    if programs <= sms and m > 1:
+        stages = min(12, _STAGE_BYTES // per_stage)
+    elif programs >= 2 * sms and m > 64:
+        stages = 3
+    else:
+        return cfg
+    return replace(cfg, num_stages=stages)
+
+
+# Shared memory the interleaved kernel's pipeline may take when it has an SM to itself (an H200 block may
+# have 227 KB; the rest is the epilogue's layout conversion).
+_STAGE_BYTES = 200 * 1024
+
+
 _TUNED: dict[tuple, LaunchConfig] = {}
 
 
 def launch_config(m: int, n: int, k: int, device: torch.device, fnuz: bool = False) -> LaunchConfig:
     """The configuration for an (M, N, K) problem: an autotuned one if `autotune` ran for it, else the
     heuristic."""
-    tuned = _TUNED.get((_m_bucket(m), n, k, fnuz, str(device)))
-    return tuned or _heuristic(m, n, k, triton_env.sm_count(device), fnuz)
+    return _tuned(m, n, k, fnuz, device) or _heuristic(m, n, k, triton_env.sm_count(device), fnuz)
+
+
+def _tuned(m: int, n: int, k: int, fnuz: bool, device: torch.device) -> LaunchConfig | None:
+    return _TUNED.get((_m_bucket(m), n, k, fnuz, str(device)))
 
 
 def _m_bucket(m: int) -> int:
@@ -244,6 +275,9 @@ def triton_block_scaled_mm(
     scales = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)
     if staging == "interleaved" or (staging == "auto" and interleaved_runs):
         from ._gluon_shuffled_gemm import shuffled_gemm_kernel
+
+        if config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
+            cfg = interleaved_stages(cfg, m, n, triton_env.sm_count(a.device))
 
         shuffled_gemm_kernel[(tiles, cfg.split_k)](
             *buffers, a.stride(0), *scales, **gluon_constants(cfg), num_warps=cfg.num_warps

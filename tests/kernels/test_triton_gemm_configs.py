@@ -5,10 +5,12 @@ Pure Python (no GPU, no interpreter), over random problem sizes and SM counts.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mla_debug.kernels.triton_gemm import BLOCK, _candidates, _heuristic
+from mla_debug.kernels.triton_gemm import BLOCK, _candidates, _heuristic, interleaved_stages
 
 sizes = dict(
     m=st.integers(1, 1 << 16),
@@ -72,3 +74,21 @@ def test_the_decode_sweep_only_times_configs_the_kernel_accepts():
         for cfg in configs:
             assert BLOCK % cfg.block_n == 0 and cfg.block_m >= 16 and cfg.num_warps == 4
             assert k // BLOCK // cfg.split_k >= 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(**sizes)
+def test_the_interleaved_kernel_only_deepens_or_shallows_the_pipeline(m, n, k, sms, fnuz):
+    base = _heuristic(m, n, k, sms, fnuz)
+    cfg = interleaved_stages(base, m, n, sms)
+    # Stages change no arithmetic: everything else stays, so the bytes stay the plain kernel's.
+    assert dataclasses.replace(cfg, num_stages=base.num_stages) == base
+    assert 3 <= cfg.num_stages <= 12
+    assert cfg.num_stages * (cfg.block_m + cfg.block_n) * BLOCK <= 200 * 1024
+    programs = -(-m // base.block_m) * -(-n // base.block_n) * base.split_k
+    if programs <= sms and m > 1:  # an SM to itself: at least as deep as the plain kernel's pipeline
+        assert cfg.num_stages >= min(base.num_stages, 200 * 1024 // ((cfg.block_m + cfg.block_n) * BLOCK))
+    elif programs >= 2 * sms and m > 64:  # three programs per SM instead of two
+        assert cfg.num_stages == 3
+    else:
+        assert cfg == base
