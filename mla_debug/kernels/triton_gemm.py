@@ -95,6 +95,13 @@ def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool) -> LaunchConfig:
         # 11.9 us with 4; 7168x16384 M=64: 49.4 us with 6 and 2 splits, 60.0 us with 4 and none); 16-row
         # tiles of a split stream gained nothing from them.
         stages = 6 if k_blocks >= _SHORT_K_BLOCKS and (split == 1 or block_m == 64) else 4
+        # Fewer stages where that fits the grid in fewer waves (programs per SM bound by shared memory):
+        # 32768x512 M=64 is 512 tiles, 3 per SM with 4 stages (2 waves), 4 per SM with 3 (one wave):
+        # 11.2 us instead of 13.2.
+        if _waves(tiles * split, sms, (block_m + block_n) * BLOCK, 3) < _waves(
+            tiles * split, sms, (block_m + block_n) * BLOCK, stages
+        ):
+            stages = 3
     elif m <= 1024:
         block_m, block_n, warps, stages = 64, 128, 4, 4
     else:
@@ -102,6 +109,16 @@ def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool) -> LaunchConfig:
     if fnuz:  # bf16 operands take twice the shared memory per stage
         stages = min(stages, 3)
     return LaunchConfig(block_m, block_n, warps, stages, 8, split)
+
+
+def _waves(programs: int, sms: int, stage_bytes: int, stages: int) -> int:
+    """How many rounds of programs the grid takes when shared memory bounds the programs per SM (an
+    H100/H200 SM has 228 KB, 1 KB of it reserved per program)."""
+    per_sm = max(1, _SM_SHARED_BYTES // (stages * stage_bytes + 1024))
+    return -(-programs // (sms * per_sm))
+
+
+_SM_SHARED_BYTES = 228 * 1024
 
 
 # K blocks up to which a decode GEMM is not split: 7168x2048 (16 blocks) at M=1 takes 11.3-11.9 us unsplit

@@ -92,3 +92,10 @@ def test_the_interleaved_kernel_only_deepens_or_shallows_the_pipeline(m, n, k, s
         assert cfg.num_stages == 3
     else:
         assert cfg == base
+
+
+def test_a_decode_grid_is_fitted_into_fewer_waves_where_fewer_stages_allow_it():
+    # 512 tiles of 64x64 on 132 SMs: 3 per SM with 4 stages (two waves), 4 per SM with 3 (one).
+    assert _heuristic(64, 32768, 512, 132, False).num_stages == 3
+    # 384 tiles already fit in one wave with 4 stages: unchanged.
+    assert _heuristic(64, 24576, 1536, 132, False).num_stages == 4
