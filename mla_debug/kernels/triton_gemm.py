@@ -289,15 +289,14 @@ def triton_block_scaled_mm(
     # The raw buffers and sizes both kernels take, in their order; the Triton kernel also takes the weight's
     # row stride (the Gluon one reads only shuffled weights: one contiguous buffer).
     buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
-    scales = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)
+    strides = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)  # scales, out, partials
     if staging == "interleaved" or (staging == "auto" and interleaved_runs):
         from ._gluon_shuffled_gemm import shuffled_gemm_kernel
 
         if config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
             cfg = interleaved_stages(cfg, m, n, triton_env.sm_count(a.device))
-
         shuffled_gemm_kernel[(tiles, cfg.split_k)](
-            *buffers, a.stride(0), *scales, **gluon_constants(cfg), num_warps=cfg.num_warps
+            *buffers, a.stride(0), *strides, **gluon_constants(cfg), num_warps=cfg.num_warps
         )
         return out
     # The kernel addresses a_scale's raw bytes (check_operands: a gap-free buffer).
@@ -305,7 +304,7 @@ def triton_block_scaled_mm(
         *buffers,
         a.stride(0),
         w.stride(0),
-        *scales,
+        *strides,
         SHUFFLED=shuffled,
         FNUZ=fnuz,
         EXACT_FP32_DOT=triton_env.interpreting(),
