@@ -69,6 +69,9 @@ def shuffled_gemm_kernel(
     # 16 lanes over a band's 256-byte chunk, so a warp copies 512 contiguous bytes.
     a_copy: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [NUM_WARPS, 1], [1, 0])
     w_copy: gl.constexpr = gl.BlockedLayout([1, 16], [16, 2], [W_WARPS_N, NUM_WARPS // W_WARPS_N], [0, 1])
+    # The per-block scales ride the same pipeline: one 4-byte copy per row (rows_copy covers BLOCK_M).
+    rows_copy: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    scale_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     a_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
     w_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
     if WGMMA:
@@ -107,10 +110,11 @@ def shuffled_gemm_kernel(
     w_cols = gl.max_contiguous(gl.multiple_of((offs_wk // 16) * 256 + offs_wk % 16, 16), 16)
     w_ptrs = w_ptr + w_rows[:, None] + w_cols[None, :]
 
-    offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=rows_layout)
-    mask_m = offs_m < M
-    s_ptrs = a_scale_ptr + gl.where(mask_m, offs_m, 0).to(gl.int64) * stride_sm
-    ws_ptr = w_scale_ptr + ((pid_n * BLOCK_N) // 128).to(gl.int64) * stride_wsn
+    # Scale pointers, one per tile row: the row's activation scale, and the tile's weight scale (the same
+    # address in every row, so that both land in shared memory in the layout they are multiplied in).
+    offs_sm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=rows_copy)
+    s_ptrs = a_scale_ptr + gl.where(offs_sm < M, offs_sm, 0).to(gl.int64) * stride_sm
+    ws_ptrs = w_scale_ptr + ((pid_n * BLOCK_N) // 128).to(gl.int64) * stride_wsn + gl.zeros_like(offs_sm)
 
     k_blocks = (K + BLOCK_K - 1) // BLOCK_K
     per_split = (k_blocks + SPLIT_K - 1) // SPLIT_K
@@ -123,6 +127,12 @@ def shuffled_gemm_kernel(
 
     a_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, BLOCK_K], a_smem)
     w_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_K // 16, BLOCK_N, 16], w_smem)
+    # Why the scales are staged too: read COL_MAJOR (the preshuffled contract), a block's activation
+    # scales are a fresh 4 x BLOCK_M-byte run M x 4 bytes from the previous block's, a trip to HBM per
+    # block; loaded one block ahead they stalled every iteration (2112x7168 M=256 ran at 0.51 of the plain
+    # kernel, 0.82 with ROW_MAJOR bytes). STAGES - 1 blocks ahead they arrive with the tiles.
+    a_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
+    w_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
 
     # Prologue: STAGES - 1 blocks in flight, one commit group each (empty past the range, so the count
     # of groups per iteration stays fixed).
@@ -130,15 +140,14 @@ def shuffled_gemm_kernel(
         if s < n_blocks:
             step = s + shift
             kb = kb_start + gl.where(step >= n_blocks, step - n_blocks, step)
-            _copy(a_bufs.index(s), a_ptrs + kb * BLOCK_K)
-            _copy(w_bufs.index(s).permute((1, 0, 2)).reshape((BLOCK_N, BLOCK_K)), w_ptrs + kb * (BLOCK_K * 16))
+            _copy_block(
+                a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, s, a_ptrs, w_ptrs, s_ptrs, ws_ptrs, kb, stride_sk, stride_wsk,
+                BLOCK_N,
+            )  # fmt: skip
         async_copy.commit_group()
 
     acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
     zeros = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
-    first = gl.minimum(kb_start + shift, k_blocks - 1)
-    a_s = gl.load(s_ptrs + first * stride_sk, mask=mask_m, other=0.0)
-    w_s = gl.load(ws_ptr + first * stride_wsk)
     for i in range(0, n_blocks):
         # Block i has landed for this thread; the barrier makes every thread's copies visible and retires
         # block i - 1's readers, whose buffer is refilled next. (No proxy fence: it cost 1-3% on an H200 and
@@ -149,9 +158,10 @@ def shuffled_gemm_kernel(
         if ahead < n_blocks:
             step = ahead + shift
             kb = kb_start + gl.where(step >= n_blocks, step - n_blocks, step)
-            slot = ahead % STAGES
-            _copy(a_bufs.index(slot), a_ptrs + kb * BLOCK_K)
-            _copy(w_bufs.index(slot).permute((1, 0, 2)).reshape((BLOCK_N, BLOCK_K)), w_ptrs + kb * (BLOCK_K * 16))
+            _copy_block(
+                a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, ahead % STAGES, a_ptrs, w_ptrs, s_ptrs, ws_ptrs, kb,
+                stride_sk, stride_wsk, BLOCK_N,
+            )  # fmt: skip
         async_copy.commit_group()
 
         a_tile = a_bufs.index(i % STAGES)
@@ -163,23 +173,18 @@ def shuffled_gemm_kernel(
             w_f16 = w_tile.load(gl.DotOperandLayout(1, acc_layout, 4)).to(gl.float16)
             part = mma_v2(a_f16, w_f16, zeros)
 
-        step = i + 1 + shift
-        following = kb_start + gl.where(step >= n_blocks, step - n_blocks, step)
-        following = gl.minimum(following, k_blocks - 1)
-        a_s_next = gl.load(s_ptrs + following * stride_sk, mask=mask_m, other=0.0)
-        w_s_next = gl.load(ws_ptr + following * stride_wsk)
+        a_s = a_scale_bufs.index(i % STAGES).load(rows_layout)
+        w_s = w_scale_bufs.index(i % STAGES).load(rows_layout)
         acc += part * (a_s * w_s)[:, None]
-        a_s = a_s_next
-        w_s = w_s_next
     async_copy.wait_group(0)
 
     # Stores from a row-major layout (16-byte runs along a row) rather than the MMA's (4-byte pieces of
     # 8 rows per warp): a K = 512 GEMM at M = 4096 writes more output than it reads.
     acc = gl.convert_layout(acc, store_layout)
-    offs_sm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
+    offs_om = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
     offs_n = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
-    out_offs = offs_sm[:, None].to(gl.int64) * stride_om + offs_n[None, :]
-    mask = (offs_sm < M)[:, None] & (offs_n < N)[None, :]
+    out_offs = offs_om[:, None].to(gl.int64) * stride_om + offs_n[None, :]
+    mask = (offs_om < M)[:, None] & (offs_n < N)[None, :]
     if SPLIT_K == 1:
         gl.store(out_ptr + out_offs, acc.to(gl.bfloat16), mask=mask)
     else:
@@ -195,3 +200,17 @@ def shuffled_gemm_kernel(
                     partial_ptr + other * stride_split + out_offs, mask=mask, other=0.0, cache_modifier=".cg"
                 )
             gl.store(out_ptr + out_offs, total.to(gl.bfloat16), mask=mask)
+
+
+@gluon.jit
+def _copy_block(
+    a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, slot, a_ptrs, w_ptrs, s_ptrs, ws_ptrs, kb, stride_sk, stride_wsk,
+    BLOCK_N: gl.constexpr,
+):  # fmt: skip
+    """Start the copies of K block `kb` into pipeline slot `slot`: the activation and weight tiles and
+    both blocks' scales (the caller commits them as one group)."""
+    BLOCK_K: gl.constexpr = 128
+    _copy(a_bufs.index(slot), a_ptrs + kb * BLOCK_K)
+    _copy(w_bufs.index(slot).permute((1, 0, 2)).reshape((BLOCK_N, BLOCK_K)), w_ptrs + kb * (BLOCK_K * 16))
+    _copy(a_scale_bufs.index(slot), s_ptrs + kb * stride_sk)
+    _copy(w_scale_bufs.index(slot), ws_ptrs + kb * stride_wsk)

@@ -131,22 +131,29 @@ def interleaved_stages(cfg: LaunchConfig, m: int, n: int, sms: int) -> LaunchCon
     """The heuristic's config with the pipeline depth the interleaved (Gluon) kernel runs best at. The
     stage count changes no arithmetic, so the bytes stay the plain kernel's for the same config.
 
-    Measured on an H200 (benchmarks/RESULTS.md): where the grid gives each SM at most one program, its
-    latency is the limit and deeper pipelines pay (3072x1536 M=64: 0.73 -> 0.85 of the plain kernel with 12
-    stages) - except for single tokens, which lost 10% with them (3072x1536 and 7168x2048 M=1: 0.97 and
-    0.90 of plain with the heuristic's depth, 0.86 and 0.81 with 12 stages); where there are two or more
-    programs per SM for 64-row tiles, 3 stages fit three programs on an SM instead of two (2112x7168
+    Measured on an H200 (benchmarks/gemm_interleaved_stages_sweep.py, RESULTS.md): 128-row tiles (8 warps,
+    one program per SM by registers) run best with 4 stages (7168x16384 M=4096: 1106 us against 1155 with
+    3, the plain kernel's depth); where the grid gives each SM at most one program, its latency is the
+    limit and deeper pipelines pay (3072x1536 M=64: 0.73 -> 0.85 of the plain kernel with 12 stages, before
+    the scales were staged) - except for single tokens, which lost 10% with them; where there are two or
+    more programs per SM for 64-row tiles, 3 stages fit three programs on an SM instead of two (2112x7168
     M=1024: 0.66 -> 0.92).
     """
     programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
-    per_stage = (cfg.block_m + cfg.block_n) * BLOCK
-    if programs <= sms and m > 1:
-        stages = min(12, _STAGE_BYTES // per_stage)
+    if cfg.block_m >= 128:
+        stages = 4
+    elif programs <= sms and m > 1:
+        stages = min(12, _STAGE_BYTES // interleaved_stage_bytes(cfg))
     elif programs >= 2 * sms and m > 64:
         stages = 3
     else:
         return cfg
     return replace(cfg, num_stages=stages)
+
+
+def interleaved_stage_bytes(cfg: LaunchConfig) -> int:
+    """Shared memory of one stage of the interleaved kernel: both fp8 tiles and two fp32 scales per row."""
+    return (cfg.block_m + cfg.block_n) * BLOCK + 2 * 4 * cfg.block_m
 
 
 # Shared memory the interleaved kernel's pipeline may take when it has an SM to itself (an H200 block may

@@ -4,8 +4,8 @@ Gluon is triton's experimental dialect and its API moves between releases (``asy
 became ``async_load``, ``thread_barrier`` became ``barrier``); the GPU tests run it on one triton version
 only. Compiling it here for sm_90a - no GPU needed - catches a break with the version CI installs, and
 the compiled code is checked for what the kernel is for: the weight tile staged unswizzled, 16-byte
-copies, and the tensor-core instruction each tile shape is meant to use (the plain Triton kernel's, so
-that both give the same bytes).
+tile copies (4-byte ones for the scales), and the tensor-core instruction each tile shape is meant to use
+(the plain Triton kernel's, so that both give the same bytes).
 """
 
 from __future__ import annotations
@@ -59,8 +59,12 @@ def test_compiles_for_sm90_with_the_weight_tile_unswizzled(cfg):
     # The weight buffer: an unswizzled MMA layout (the activation one keeps the 128-byte swizzle).
     assert re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir)
     assert re.search(r"nvmma_shared<\{swizzlingByteWidth = 128,", ttgir)
-    copies = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], (0x10|16)", ptx)
-    assert copies and "cp.async.ca" not in ptx  # 16-byte copies only
+    # The tiles in 16-byte copies; the scales (staged through the same pipeline) in 4-byte ones, the only
+    # other size.
+    copies = re.findall(r"cp\.async\.(c[ag])\.shared\.global \[[^]]*\], \[[^]]*\], (0x10|16|0x4|4)\b", ptx)
+    assert len(copies) == len(re.findall(r"cp\.async\.c[ag]\.", ptx))
+    sizes = {kind: {int(size, 0) for k, size in copies if k == kind} for kind in ("cg", "ca")}
+    assert sizes == {"cg": {16}, "ca": {4}}
     if cfg.block_m >= 64:
         assert "wgmma.mma_async" in ptx and "mma.sync" not in ptx
     else:  # 16-row tiles: mma.sync on fp16 copies, as Triton compiles the plain kernel's tl.dot there

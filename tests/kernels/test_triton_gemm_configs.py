@@ -10,7 +10,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mla_debug.kernels.triton_gemm import BLOCK, _candidates, _heuristic, interleaved_stages
+from mla_debug.kernels.triton_gemm import BLOCK, _candidates, _heuristic, interleaved_stage_bytes, interleaved_stages
 
 sizes = dict(
     m=st.integers(1, 1 << 16),
@@ -84,10 +84,14 @@ def test_the_interleaved_kernel_only_deepens_or_shallows_the_pipeline(m, n, k, s
     # Stages change no arithmetic: everything else stays, so the bytes stay the plain kernel's.
     assert dataclasses.replace(cfg, num_stages=base.num_stages) == base
     assert 3 <= cfg.num_stages <= 12
-    assert cfg.num_stages * (cfg.block_m + cfg.block_n) * BLOCK <= 200 * 1024
+    stage_bytes = (cfg.block_m + cfg.block_n) * BLOCK + 8 * cfg.block_m  # tiles, and both scales per row
+    assert interleaved_stage_bytes(cfg) == stage_bytes
+    assert cfg.num_stages * stage_bytes <= 200 * 1024
     programs = -(-m // base.block_m) * -(-n // base.block_n) * base.split_k
-    if programs <= sms and m > 1:  # an SM to itself: at least as deep as the plain kernel's pipeline
-        assert cfg.num_stages >= min(base.num_stages, 200 * 1024 // ((cfg.block_m + cfg.block_n) * BLOCK))
+    if base.block_m >= 128:  # one program per SM (registers): one stage deeper than the plain kernel
+        assert cfg.num_stages == 4
+    elif programs <= sms and m > 1:  # an SM to itself: at least as deep as the plain kernel's pipeline
+        assert cfg.num_stages >= min(base.num_stages, 200 * 1024 // stage_bytes)
     elif programs >= 2 * sms and m > 64:  # three programs per SM instead of two
         assert cfg.num_stages == 3
     else:
