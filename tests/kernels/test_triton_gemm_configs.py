@@ -98,6 +98,14 @@ def test_the_interleaved_kernel_only_deepens_or_shallows_the_pipeline(m, n, k, s
         assert cfg == base
 
 
+def test_a_single_token_takes_128_wide_tiles_only_where_they_still_cover_the_sms():
+    assert _heuristic(1, 24576, 1536, 132, False).block_n == 128  # 192 tiles
+    assert _heuristic(1, 32768, 512, 132, False).block_n == 128
+    assert _heuristic(1, 7168, 2048, 132, False).block_n == 64  # 56 tiles would leave SMs idle
+    assert _heuristic(16, 24576, 1536, 132, False).block_n == 64  # measured as fast or faster 64 wide
+    assert _heuristic(1, 7168, 16384, 132, False).block_n == 64  # long K: split instead
+
+
 def test_a_decode_grid_is_fitted_into_fewer_waves_where_fewer_stages_allow_it():
     # 512 tiles of 64x64 on 132 SMs: 3 per SM with 4 stages (two waves), 4 per SM with 3 (one).
     assert _heuristic(64, 32768, 512, 132, False).num_stages == 3
