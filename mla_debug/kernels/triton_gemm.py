@@ -230,21 +230,12 @@ def check_operands(
 
 def gluon_fits(cfg: LaunchConfig) -> bool:
     """Whether the Gluon kernel's copy layouts cover `cfg`'s tiles without two threads copying one
-    element: activation (and plain weight) rows 4 per warp, and a shuffled weight tile's 16-row bands 2 K
-    chunks per warp, the warps spread over bands first (tiles at least one band wide); 256-row tiles only
-    as 8 warps of 128-wide tiles unsplit (their two 64-column halves are two MMAs)."""
-    rows = gluon_weight_rows(cfg)
-    if rows < SHUFFLE_BAND or rows < 4 * cfg.num_warps:
+    element: activation rows 4 per warp, and the weight tile's 16-row bands 2 K chunks per warp, the
+    warps spread over bands first (tiles at least one band wide)."""
+    if cfg.block_n < SHUFFLE_BAND:
         return False
-    if cfg.block_m == 256 and (cfg.block_n, cfg.num_warps, cfg.split_k) != (128, 8, 1):
-        return False
-    warps_n = min(cfg.num_warps, rows // SHUFFLE_BAND)
+    warps_n = min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND)
     return cfg.block_m >= 4 * cfg.num_warps and 2 * (cfg.num_warps // warps_n) <= BLOCK // 16
-
-
-def gluon_weight_rows(cfg: LaunchConfig) -> int:
-    """Weight rows one copy of the Gluon kernel covers: the tile's, or half of it for 256-row tiles."""
-    return cfg.block_n // 2 if cfg.block_m == 256 else cfg.block_n
 
 
 def triton_block_scaled_mm(
@@ -285,17 +276,12 @@ def triton_block_scaled_mm(
     cfg = config or launch_config(m, n, k, a.device, fnuz)
     if BLOCK % cfg.block_n:
         raise ValueError(f"{name}: block_n={cfg.block_n} must divide 128 (one weight-scale block per tile)")
-    gluon_runs = not fnuz and gluon_fits(cfg) and triton_env.hopper_gluon(a.device)
-    if staging == "interleaved" and not (shuffled and gluon_runs):
+    interleaved_runs = shuffled and not fnuz and gluon_fits(cfg) and triton_env.hopper_gluon(a.device)
+    if staging == "interleaved" and not interleaved_runs:
         raise ValueError(
             f"{name}: interleaved staging needs a preshuffled e4m3fn weight, an sm_90 GPU with triton's Gluon "
             f"dialect and a tile its copies cover (block_m >= 4 x warps, at most 4 warps along K); "
             f"got shuffled={shuffled}, {fmt.name}, {cfg}, {a.device}"
-        )
-    if cfg.block_m == 256 and not gluon_runs:
-        raise ValueError(
-            f"{name}: 256-row tiles run only on the Gluon kernel (e4m3fn operands, an sm_90 GPU with triton's "
-            f"Gluon dialect, 128-wide tiles of 8 warps, no split-K); got {fmt.name}, {cfg}, {a.device}"
         )
     stride_sm, stride_sk = (groups, 1) if scale_bytes == ScaleLayout.ROW_MAJOR else (1, m)
     if scale_bytes == ScaleLayout.COL_MAJOR_STRIDED:
@@ -314,18 +300,16 @@ def triton_block_scaled_mm(
     # e4m3fn goes in as fp8 (tensor cores read it directly); e4m3fnuz as bytes the kernel decodes.
     operand = torch.uint8 if fnuz else torch.float8_e4m3fn
     # The raw buffers and sizes both kernels take, in their order; the Triton kernel also takes the weight's
-    # row stride.
+    # row stride (the Gluon one reads only shuffled weights: one contiguous buffer).
     buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
     strides = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)  # scales, out, partials
-    # The Gluon kernel: a preshuffled weight staged interleaved, and any 256-row tile.
-    if cfg.block_m == 256 or (shuffled and gluon_runs and staging != "swizzled"):
-        from ._gluon_gemm import gluon_gemm_kernel
+    if staging == "interleaved" or (staging == "auto" and interleaved_runs):
+        from ._gluon_shuffled_gemm import shuffled_gemm_kernel
 
-        if shuffled and config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
+        if config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
             cfg = interleaved_stages(cfg, m, n, triton_env.sm_count(a.device))
-        kp = w.shape[1] if shuffled else w.stride(0)  # K-padded row length, or the row stride
-        gluon_gemm_kernel[(tiles, cfg.split_k)](
-            *buffers[:-1], kp, a.stride(0), *strides, **gluon_constants(cfg, shuffled), num_warps=cfg.num_warps
+        shuffled_gemm_kernel[(tiles, cfg.split_k)](
+            *buffers, a.stride(0), *strides, **gluon_constants(cfg), num_warps=cfg.num_warps
         )
         return out
     # The kernel addresses a_scale's raw bytes (check_operands: a gap-free buffer).
@@ -348,17 +332,16 @@ def triton_block_scaled_mm(
     return out
 
 
-def gluon_constants(cfg: LaunchConfig, shuffled: bool = True) -> dict[str, int | bool]:
+def gluon_constants(cfg: LaunchConfig) -> dict[str, int | bool]:
     """The compile-time arguments of the Gluon kernel for a launch config."""
     return dict(
-        SHUFFLED=shuffled,
         SPLIT_K=cfg.split_k,
         STAGGER=cfg.stagger,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         GROUP_M=cfg.group_m,
         STAGES=cfg.num_stages,
-        W_WARPS_N=min(cfg.num_warps, gluon_weight_rows(cfg) // SHUFFLE_BAND),
+        W_WARPS_N=min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND),
     )
 
 

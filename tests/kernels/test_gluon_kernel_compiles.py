@@ -35,7 +35,7 @@ SCALARS = ("M", "N", "K", "KP", "stride_am", "stride_sm", "stride_sk", "stride_w
 def compile_for_hopper(cfg: LaunchConfig):
     from triton.backends.compiler import GPUTarget
 
-    from mla_debug.kernels._gluon_gemm import gluon_gemm_kernel
+    from mla_debug.kernels._gluon_shuffled_gemm import shuffled_gemm_kernel
 
     signature = dict(POINTERS, **{name: "i32" for name in SCALARS}, stride_split="i32")
     constexprs = gluon_constants(cfg)
@@ -43,7 +43,7 @@ def compile_for_hopper(cfg: LaunchConfig):
     names = list(signature)
     aligned = [names.index(n) for n in (*POINTERS, "N", "K", "KP", "stride_am", "stride_om", "stride_split")]
     attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-    source = runtime.GluonASTSource(fn=gluon_gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    source = runtime.GluonASTSource(fn=shuffled_gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg.num_warps))
 
 

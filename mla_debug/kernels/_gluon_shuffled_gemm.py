@@ -34,7 +34,7 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 
 @gluon.jit
-def gluon_gemm_kernel(
+def shuffled_gemm_kernel(
     a_ptr,
     a_scale_ptr,
     w_ptr,
@@ -53,7 +53,6 @@ def gluon_gemm_kernel(
     stride_wsk,
     stride_om,
     stride_split,
-    SHUFFLED: gl.constexpr,
     SPLIT_K: gl.constexpr,
     STAGGER: gl.constexpr,
     BLOCK_M: gl.constexpr,
@@ -65,35 +64,27 @@ def gluon_gemm_kernel(
     BLOCK_K: gl.constexpr = 128
     NUM_WARPS: gl.constexpr = gl.num_warps()
     WGMMA: gl.constexpr = BLOCK_M >= 64
-    # 256-row tiles multiply in two column halves: a 256 x 128 product per K block next to the
-    # accumulator would not fit the registers. (Each element's dot is the same MMA chain either way.)
-    HALVES: gl.constexpr = BLOCK_M == 256
-    CHUNK_N: gl.constexpr = BLOCK_N // 2 if HALVES else BLOCK_N
-    gl.static_assert(not HALVES or (SPLIT_K == 1 and WGMMA), "256-row tiles: wgmma, no split-K")
 
-    # Register layouts of the copies: A rows of 128 bytes, 8 lanes per row (and a plain weight the same);
-    # a shuffled weight by 16-row bands, 16 lanes over a band's 256-byte chunk, so a warp copies 512
-    # contiguous bytes.
+    # Register layouts of the copies: A rows of 128 bytes, 8 lanes per row; the weight by 16-row bands,
+    # 16 lanes over a band's 256-byte chunk, so a warp copies 512 contiguous bytes.
     a_copy: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [NUM_WARPS, 1], [1, 0])
-    if SHUFFLED:
-        w_copy: gl.constexpr = gl.BlockedLayout([1, 16], [16, 2], [W_WARPS_N, NUM_WARPS // W_WARPS_N], [0, 1])
-        w_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
-    else:
-        w_copy: gl.constexpr = a_copy
-        w_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    w_copy: gl.constexpr = gl.BlockedLayout([1, 16], [16, 2], [W_WARPS_N, NUM_WARPS // W_WARPS_N], [0, 1])
     # The per-block scales ride the same pipeline: one 4-byte copy per row (rows_copy covers BLOCK_M).
     rows_copy: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
     scale_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     a_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    w_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
     if WGMMA:
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, CHUNK_N, 32]
+            version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_N, 32]
         )
     else:
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[2, 0], warps_per_cta=[1, NUM_WARPS], instr_shape=[16, 8]
         )
     rows_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    STORE_COLS: gl.constexpr = BLOCK_N // 8
+    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // STORE_COLS, STORE_COLS], [NUM_WARPS, 1], [1, 0])
 
     # Grouped ordering, as in the Triton kernel: GROUP_M row tiles share each weight column tile in L2.
     pid = gl.program_id(0)
@@ -112,10 +103,12 @@ def gluon_gemm_kernel(
     rows_am = gl.where(offs_am < M, offs_am, 0)
     offs_ak = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, a_copy))
     a_ptrs = a_ptr + rows_am[:, None].to(gl.int64) * stride_am + offs_ak[None, :]
-    w_ptrs = _weight_pointers(w_ptr, pid_n * BLOCK_N, N, KP, SHUFFLED, CHUNK_N, w_copy)
-    if HALVES:
-        w_hi_ptrs = _weight_pointers(w_ptr, pid_n * BLOCK_N + CHUNK_N, N, KP, SHUFFLED, CHUNK_N, w_copy)
-    W_STEP: gl.constexpr = BLOCK_K * 16 if SHUFFLED else BLOCK_K  # bytes from one K block to the next
+    offs_wn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, w_copy))
+    rows_wn = gl.where(offs_wn < N, offs_wn, 0)
+    offs_wk = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, w_copy))
+    w_rows = (rows_wn // 16).to(gl.int64) * 16 * KP + (rows_wn % 16) * 16
+    w_cols = gl.max_contiguous(gl.multiple_of((offs_wk // 16) * 256 + offs_wk % 16, 16), 16)
+    w_ptrs = w_ptr + w_rows[:, None] + w_cols[None, :]
 
     # Scale pointers, one per tile row: the row's activation scale, and the tile's weight scale (the same
     # address in every row, so that both land in shared memory in the layout they are multiplied in).
@@ -133,15 +126,7 @@ def gluon_gemm_kernel(
         shift = pid_n % gl.maximum(n_blocks, 1)
 
     a_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, BLOCK_K], a_smem)
-    # The weight tile, in column halves for 256-row tiles (each half its own buffer, so each is one MMA
-    # operand as allocated).
-    if SHUFFLED:
-        w_shape: gl.constexpr = [STAGES, BLOCK_K // 16, CHUNK_N, 16]
-    else:
-        w_shape: gl.constexpr = [STAGES, CHUNK_N, BLOCK_K]
-    w_bufs = gl.allocate_shared_memory(gl.float8e4nv, w_shape, w_smem)
-    if HALVES:
-        w_hi_bufs = gl.allocate_shared_memory(gl.float8e4nv, w_shape, w_smem)
+    w_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_K // 16, BLOCK_N, 16], w_smem)
     # Why the scales are staged too: read COL_MAJOR (the preshuffled contract), a block's activation
     # scales are a fresh 4 x BLOCK_M-byte run M x 4 bytes from the previous block's, a trip to HBM per
     # block; loaded one block ahead they stalled every iteration (2112x7168 M=256 ran at 0.51 of the plain
@@ -155,17 +140,14 @@ def gluon_gemm_kernel(
         if s < n_blocks:
             step = s + shift
             kb = kb_start + gl.where(step >= n_blocks, step - n_blocks, step)
-            _copy(a_bufs.index(s), a_ptrs + kb * BLOCK_K)
-            _copy(_weight_rows(w_bufs, s, SHUFFLED, CHUNK_N), w_ptrs + kb * W_STEP)
-            if HALVES:
-                _copy(_weight_rows(w_hi_bufs, s, SHUFFLED, CHUNK_N), w_hi_ptrs + kb * W_STEP)
-            _copy(a_scale_bufs.index(s), s_ptrs + kb * stride_sk)
-            _copy(w_scale_bufs.index(s), ws_ptrs + kb * stride_wsk)
+            _copy_block(
+                a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, s, a_ptrs, w_ptrs, s_ptrs, ws_ptrs, kb, stride_sk, stride_wsk,
+                BLOCK_N,
+            )  # fmt: skip
         async_copy.commit_group()
 
-    acc = gl.zeros((BLOCK_M, CHUNK_N), gl.float32, acc_layout)
-    if HALVES:
-        acc_hi = gl.zeros((BLOCK_M, CHUNK_N), gl.float32, acc_layout)
+    acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
+    zeros = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
     for i in range(0, n_blocks):
         # Block i has landed for this thread; the barrier makes every thread's copies visible and retires
         # block i - 1's readers, whose buffer is refilled next. (No proxy fence: it cost 1-3% on an H200 and
@@ -176,53 +158,38 @@ def gluon_gemm_kernel(
         if ahead < n_blocks:
             step = ahead + shift
             kb = kb_start + gl.where(step >= n_blocks, step - n_blocks, step)
-            slot = ahead % STAGES
-            _copy(a_bufs.index(slot), a_ptrs + kb * BLOCK_K)
-            _copy(_weight_rows(w_bufs, slot, SHUFFLED, CHUNK_N), w_ptrs + kb * W_STEP)
-            if HALVES:
-                _copy(_weight_rows(w_hi_bufs, slot, SHUFFLED, CHUNK_N), w_hi_ptrs + kb * W_STEP)
-            _copy(a_scale_bufs.index(slot), s_ptrs + kb * stride_sk)
-            _copy(w_scale_bufs.index(slot), ws_ptrs + kb * stride_wsk)
+            _copy_block(
+                a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, ahead % STAGES, a_ptrs, w_ptrs, s_ptrs, ws_ptrs, kb,
+                stride_sk, stride_wsk, BLOCK_N,
+            )  # fmt: skip
         async_copy.commit_group()
 
         a_tile = a_bufs.index(i % STAGES)
-        w_tile = _weight_rows(w_bufs, i % STAGES, SHUFFLED, CHUNK_N)
-        scale = (a_scale_bufs.index(i % STAGES).load(rows_layout) * w_scale_bufs.index(i % STAGES).load(rows_layout))[
-            :, None
-        ]
-        # Made in the loop: a zero tile kept across it holds as many registers as the accumulator.
-        zeros = gl.zeros((BLOCK_M, CHUNK_N), gl.float32, acc_layout)
-        if HALVES:
-            part = warpgroup_mma(a_tile, w_tile.permute((1, 0)), zeros, use_acc=False)
-            acc += part * scale
-            w_hi = _weight_rows(w_hi_bufs, i % STAGES, SHUFFLED, CHUNK_N)
-            part = warpgroup_mma(a_tile, w_hi.permute((1, 0)), zeros, use_acc=False)
-            acc_hi += part * scale
-        elif WGMMA:
-            part = warpgroup_mma(a_tile, w_tile.permute((1, 0)), zeros, use_acc=False)
-            acc += part * scale
+        w_tile = w_bufs.index(i % STAGES).permute((1, 0, 2)).reshape((BLOCK_N, BLOCK_K)).permute((1, 0))
+        if WGMMA:
+            part = warpgroup_mma(a_tile, w_tile, zeros, use_acc=False)
         else:
             a_f16 = a_tile.load(gl.DotOperandLayout(0, acc_layout, 4)).to(gl.float16)
-            w_f16 = w_tile.permute((1, 0)).load(gl.DotOperandLayout(1, acc_layout, 4)).to(gl.float16)
+            w_f16 = w_tile.load(gl.DotOperandLayout(1, acc_layout, 4)).to(gl.float16)
             part = mma_v2(a_f16, w_f16, zeros)
-            acc += part * scale
+
+        a_s = a_scale_bufs.index(i % STAGES).load(rows_layout)
+        w_s = w_scale_bufs.index(i % STAGES).load(rows_layout)
+        acc += part * (a_s * w_s)[:, None]
     async_copy.wait_group(0)
 
-    if HALVES:
-        _store_bf16(acc, out_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_om, CHUNK_N, NUM_WARPS)
-        _store_bf16(acc_hi, out_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N + CHUNK_N, M, N, stride_om, CHUNK_N, NUM_WARPS)
-    elif SPLIT_K == 1:
-        _store_bf16(acc, out_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_om, BLOCK_N, NUM_WARPS)
+    # Stores from a row-major layout (16-byte runs along a row) rather than the MMA's (4-byte pieces of
+    # 8 rows per warp): a K = 512 GEMM at M = 4096 writes more output than it reads.
+    acc = gl.convert_layout(acc, store_layout)
+    offs_om = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
+    offs_n = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
+    out_offs = offs_om[:, None].to(gl.int64) * stride_om + offs_n[None, :]
+    mask = (offs_om < M)[:, None] & (offs_n < N)[None, :]
+    if SPLIT_K == 1:
+        gl.store(out_ptr + out_offs, acc.to(gl.bfloat16), mask=mask)
     else:
         # In-launch split-K reduction, exactly as the Triton kernel: the last split to arrive adds the
         # fp32 partials in split order.
-        STORE_COLS: gl.constexpr = BLOCK_N // 8
-        store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // STORE_COLS, STORE_COLS], [NUM_WARPS, 1], [1, 0])
-        acc = gl.convert_layout(acc, store_layout)
-        offs_om = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
-        offs_n = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
-        out_offs = offs_om[:, None].to(gl.int64) * stride_om + offs_n[None, :]
-        mask = (offs_om < M)[:, None] & (offs_n < N)[None, :]
         gl.store(partial_ptr + split * stride_split + out_offs, acc, mask=mask)
         _barrier()
         arrived = gl.atomic_add(arrivals_ptr + pid, 1, sem="acq_rel")
@@ -236,37 +203,14 @@ def gluon_gemm_kernel(
 
 
 @gluon.jit
-def _weight_rows(w_bufs, slot, SHUFFLED: gl.constexpr, ROWS: gl.constexpr):
-    """Pipeline slot `slot` of a weight buffer as ROWS rows of 128 K bytes, whatever its staging."""
-    if SHUFFLED:  # stored chunk-major: [K chunk, row, 16 bytes]
-        return w_bufs.index(slot).permute((1, 0, 2)).reshape((ROWS, 128))
-    else:
-        return w_bufs.index(slot)
-
-
-@gluon.jit
-def _weight_pointers(w_ptr, first_row, N, KP, SHUFFLED: gl.constexpr, ROWS: gl.constexpr, layout: gl.constexpr):
-    """Pointers to K block 0 of weight rows first_row .. first_row + ROWS (rows past N clamped to row 0):
-    KP is the row stride of a plain weight, the K-padded row length of a shuffled one, whose 16-row bands
-    are runs of 16 x KP bytes with each 16-byte K chunk of the band's rows together."""
-    offs_n = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-    rows = gl.where(offs_n < N, offs_n, 0)
-    offs_k = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
-    if SHUFFLED:
-        row_offs = (rows // 16).to(gl.int64) * 16 * KP + (rows % 16) * 16
-        col_offs = gl.max_contiguous(gl.multiple_of((offs_k // 16) * 256 + offs_k % 16, 16), 16)
-    else:
-        row_offs = rows.to(gl.int64) * KP
-        col_offs = offs_k
-    return w_ptr + row_offs[:, None] + col_offs[None, :]
-
-
-@gluon.jit
-def _store_bf16(acc, out_ptr, row0, col0, M, N, stride_om, COLS: gl.constexpr, NUM_WARPS: gl.constexpr):
-    """Store an fp32 block as bf16 at (row0, col0), through a row-major layout (16-byte runs per row)."""
-    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (COLS // 8), COLS // 8], [NUM_WARPS, 1], [1, 0])
-    acc = gl.convert_layout(acc, store_layout)
-    offs_m = row0 + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, store_layout))
-    offs_n = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, store_layout))
-    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
-    gl.store(out_ptr + offs_m[:, None].to(gl.int64) * stride_om + offs_n[None, :], acc.to(gl.bfloat16), mask=mask)
+def _copy_block(
+    a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, slot, a_ptrs, w_ptrs, s_ptrs, ws_ptrs, kb, stride_sk, stride_wsk,
+    BLOCK_N: gl.constexpr,
+):  # fmt: skip
+    """Start the copies of K block `kb` into pipeline slot `slot`: the activation and weight tiles and
+    both blocks' scales (the caller commits them as one group)."""
+    BLOCK_K: gl.constexpr = 128
+    _copy(a_bufs.index(slot), a_ptrs + kb * BLOCK_K)
+    _copy(w_bufs.index(slot).permute((1, 0, 2)).reshape((BLOCK_N, BLOCK_K)), w_ptrs + kb * (BLOCK_K * 16))
+    _copy(a_scale_bufs.index(slot), s_ptrs + kb * stride_sk)
+    _copy(w_scale_bufs.index(slot), ws_ptrs + kb * stride_wsk)
