@@ -25,7 +25,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
-from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
 
 # The cp.async copy into shared memory: async_load from triton 3.7 on, async_copy_global_to_shared before.
 _copy = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -154,6 +154,17 @@ def shuffled_gemm_kernel(
         # Triton's own cp.async -> wgmma pipelines run without one.)
         async_copy.wait_group(STAGES - 2)
         _barrier()
+        a_tile = a_bufs.index(i % STAGES)
+        w_tile = w_bufs.index(i % STAGES).permute((1, 0, 2)).reshape((BLOCK_N, BLOCK_K)).permute((1, 0))
+        if WGMMA:
+            # Started first and waited for after the refill below, so the refill's address arithmetic and
+            # copies are issued while the tensor cores work (they read slot i, the refill writes i - 1).
+            part = warpgroup_mma(a_tile, w_tile, zeros, use_acc=False, is_async=True)
+        else:
+            a_f16 = a_tile.load(gl.DotOperandLayout(0, acc_layout, 4)).to(gl.float16)
+            w_f16 = w_tile.load(gl.DotOperandLayout(1, acc_layout, 4)).to(gl.float16)
+            part = mma_v2(a_f16, w_f16, zeros)
+
         ahead = i + STAGES - 1
         if ahead < n_blocks:
             step = ahead + shift
@@ -164,15 +175,8 @@ def shuffled_gemm_kernel(
             )  # fmt: skip
         async_copy.commit_group()
 
-        a_tile = a_bufs.index(i % STAGES)
-        w_tile = w_bufs.index(i % STAGES).permute((1, 0, 2)).reshape((BLOCK_N, BLOCK_K)).permute((1, 0))
         if WGMMA:
-            part = warpgroup_mma(a_tile, w_tile, zeros, use_acc=False)
-        else:
-            a_f16 = a_tile.load(gl.DotOperandLayout(0, acc_layout, 4)).to(gl.float16)
-            w_f16 = w_tile.load(gl.DotOperandLayout(1, acc_layout, 4)).to(gl.float16)
-            part = mma_v2(a_f16, w_f16, zeros)
-
+            part = warpgroup_mma_wait(0, deps=[part])
         a_s = a_scale_bufs.index(i % STAGES).load(rows_layout)
         w_s = w_scale_bufs.index(i % STAGES).load(rows_layout)
         acc += part * (a_s * w_s)[:, None]
