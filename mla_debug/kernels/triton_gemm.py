@@ -143,18 +143,29 @@ def interleaved_stages(cfg: LaunchConfig, m: int, n: int, sms: int) -> LaunchCon
     limit and deeper pipelines pay (3072x1536 M=64: 0.73 -> 0.85 of the plain kernel with 12 stages, before
     the scales were staged) - except for single tokens, which lost 10% with them; where there are two or
     more programs per SM for 64-row tiles, 3 stages fit three programs on an SM instead of two (2112x7168
-    M=1024: 0.66 -> 0.92).
+    M=1024: 0.66 -> 0.92), and 4 two, whichever fills the last wave better.
     """
     programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
+    per_stage = interleaved_stage_bytes(cfg)
     if cfg.block_m >= 128:
         stages = 4
     elif programs <= sms and m > 1:
-        stages = min(12, _STAGE_BYTES // interleaved_stage_bytes(cfg))
+        stages = min(12, _STAGE_BYTES // per_stage)
     elif programs >= 2 * sms and m > 64:
-        stages = 3
+        # 3 stages fit three programs per SM, 4 fit two: 4 where the grid then wastes fewer program slots
+        # in its last wave (4096x512 M=1024, 512 tiles: two waves either way, 0.98 of plain with 4 against
+        # 0.93; 2112x7168 M=1024, 272 tiles: one wave with 3, two with 4, 0.94 against 0.75).
+        stages = 4 if _slots(programs, sms, per_stage, 4) < _slots(programs, sms, per_stage, 3) else 3
     else:
         return cfg
     return replace(cfg, num_stages=stages)
+
+
+def _slots(programs: int, sms: int, stage_bytes: int, stages: int) -> int:
+    """Program slots a grid occupies, its last wave counted whole, when shared memory bounds the programs
+    per SM."""
+    per_sm = max(1, _SM_SHARED_BYTES // (stages * stage_bytes + 1024))
+    return _waves(programs, sms, stage_bytes, stages) * per_sm * sms
 
 
 def interleaved_stage_bytes(cfg: LaunchConfig) -> int:

@@ -92,10 +92,24 @@ def test_the_interleaved_kernel_only_deepens_or_shallows_the_pipeline(m, n, k, s
         assert cfg.num_stages == 4
     elif programs <= sms and m > 1:  # an SM to itself: at least as deep as the plain kernel's pipeline
         assert cfg.num_stages >= min(base.num_stages, 200 * 1024 // stage_bytes)
-    elif programs >= 2 * sms and m > 64:  # three programs per SM instead of two
-        assert cfg.num_stages == 3
+    elif programs >= 2 * sms and m > 64:  # three programs per SM, or two where the last wave fills better
+        assert cfg.num_stages in (3, 4)
+        if cfg.num_stages == 4:
+            per_sm = {s: 228 * 1024 // (s * stage_bytes + 1024) for s in (3, 4)}
+            slots = {s: -(-programs // (sms * per_sm[s])) * per_sm[s] for s in (3, 4)}
+            assert slots[4] < slots[3]
     else:
         assert cfg == base
+
+
+def test_64_row_tiles_take_the_depth_whose_last_wave_is_fuller():
+    def depth(m, n, k):
+        return interleaved_stages(_heuristic(m, n, k, 132, False), m, n, 132).num_stages
+
+    assert depth(1024, 4096, 512) == 4  # 512 tiles: 2 waves of 396 (3 deep) or of 264 (4 deep)
+    assert depth(1024, 7168, 16384) == 4  # 896 tiles: 3 waves of 396 or 4 of 264
+    assert depth(1024, 2112, 7168) == 3  # 272 tiles: one wave of 396, or two of 264
+    assert depth(1024, 24576, 1536) == 3  # 3072 tiles: as full either way; more programs per SM
 
 
 def test_a_single_token_takes_128_wide_tiles_only_where_they_still_cover_the_sms():
