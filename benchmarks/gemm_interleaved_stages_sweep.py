@@ -65,7 +65,7 @@ def main() -> None:
         reference = plain()
         if note := check("plain", reference, qa, qw):
             print(f"  {note}")
-        launcher = interleaved_stages(cfg, m, n, triton_env.sm_count(device)).num_stages
+        launcher = interleaved_stages(cfg, m, n, k, triton_env.sm_count(device)).num_stages
         plain_us = timer(plain) * 1e3
         default_us = timer(interleaved) * 1e3
         cells = []

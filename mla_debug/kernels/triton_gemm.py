@@ -133,7 +133,7 @@ _SHORT_K_BLOCKS = 16
 
 
 @functools.lru_cache(maxsize=4096)
-def interleaved_stages(cfg: LaunchConfig, m: int, n: int, sms: int) -> LaunchConfig:
+def interleaved_stages(cfg: LaunchConfig, m: int, n: int, k: int, sms: int) -> LaunchConfig:
     """The heuristic's config with the pipeline depth the interleaved (Gluon) kernel runs best at. The
     stage count changes no arithmetic, so the bytes stay the plain kernel's for the same config.
 
@@ -152,10 +152,16 @@ def interleaved_stages(cfg: LaunchConfig, m: int, n: int, sms: int) -> LaunchCon
     elif programs <= sms and m > 1:
         stages = min(12, _STAGE_BYTES // per_stage)
     elif programs >= 2 * sms and m > 64:
-        # 3 stages fit three programs per SM, 4 fit two: 4 where the grid then wastes fewer program slots
-        # in its last wave (4096x512 M=1024, 512 tiles: two waves either way, 0.98 of plain with 4 against
-        # 0.93; 2112x7168 M=1024, 272 tiles: one wave with 3, two with 4, 0.94 against 0.75).
-        stages = 4 if _slots(programs, sms, per_stage, 4) < _slots(programs, sms, per_stage, 3) else 3
+        # 3 stages fit three programs per SM, 4 fit two. 4 where the grid then occupies fewer program
+        # slots (its last wave counted whole) and either streams a long K (16+ blocks: 7168x2048 and
+        # 7168x16384 M=1024, 8 slots per SM against 9: 0.95 and 0.96 of plain against 0.92 and 0.91) or
+        # saves a quarter of them (4096x512 M=1024: 4 against 6, 0.99 against 0.94); short-K grids
+        # otherwise gain from the third program per SM (32768x512 M=256: 8 slots against 9, yet 21.6 us
+        # with 3 stages against 22.8), and a grid that fits one wave of 3 keeps it (2112x7168 M=1024).
+        # Fitted on the nine 64 x 128-tile cases of the stage sweep in RESULTS.md.
+        fewer = _slots(programs, sms, per_stage, 4) / _slots(programs, sms, per_stage, 3)
+        k_blocks = -(-k // BLOCK) // cfg.split_k
+        stages = 4 if fewer <= 0.75 or (fewer < 1 and k_blocks >= 16) else 3
     else:
         return cfg
     return replace(cfg, num_stages=stages)
@@ -318,7 +324,7 @@ def triton_block_scaled_mm(
         from ._gluon_shuffled_gemm import shuffled_gemm_kernel
 
         if config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
-            cfg = interleaved_stages(cfg, m, n, triton_env.sm_count(a.device))
+            cfg = interleaved_stages(cfg, m, n, k, triton_env.sm_count(a.device))
         shuffled_gemm_kernel[(tiles, cfg.split_k)](
             *buffers, a.stride(0), *strides, **gluon_constants(cfg), num_warps=cfg.num_warps
         )

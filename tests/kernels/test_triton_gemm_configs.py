@@ -80,7 +80,7 @@ def test_the_decode_sweep_only_times_configs_the_kernel_accepts():
 @given(**sizes)
 def test_the_interleaved_kernel_only_deepens_or_shallows_the_pipeline(m, n, k, sms, fnuz):
     base = _heuristic(m, n, k, sms, fnuz)
-    cfg = interleaved_stages(base, m, n, sms)
+    cfg = interleaved_stages(base, m, n, k, sms)
     # Stages change no arithmetic: everything else stays, so the bytes stay the plain kernel's.
     assert dataclasses.replace(cfg, num_stages=base.num_stages) == base
     assert 3 <= cfg.num_stages <= 12
@@ -92,22 +92,25 @@ def test_the_interleaved_kernel_only_deepens_or_shallows_the_pipeline(m, n, k, s
         assert cfg.num_stages == 4
     elif programs <= sms and m > 1:  # an SM to itself: at least as deep as the plain kernel's pipeline
         assert cfg.num_stages >= min(base.num_stages, 200 * 1024 // stage_bytes)
-    elif programs >= 2 * sms and m > 64:  # three programs per SM, or two where the last wave fills better
+    elif programs >= 2 * sms and m > 64:  # three programs per SM, or two where the grid takes fewer slots
         assert cfg.num_stages in (3, 4)
-        if cfg.num_stages == 4:
-            per_sm = {s: 228 * 1024 // (s * stage_bytes + 1024) for s in (3, 4)}
-            slots = {s: -(-programs // (sms * per_sm[s])) * per_sm[s] for s in (3, 4)}
-            assert slots[4] < slots[3]
+        per_sm = {s: 228 * 1024 // (s * stage_bytes + 1024) for s in (3, 4)}
+        slots = {s: -(-programs // (sms * per_sm[s])) * per_sm[s] for s in (3, 4)}
+        long_k = k // BLOCK // base.split_k >= 16
+        assert (cfg.num_stages == 4) == (slots[4] <= 0.75 * slots[3] or (slots[4] < slots[3] and long_k))
     else:
         assert cfg == base
 
 
-def test_64_row_tiles_take_the_depth_whose_last_wave_is_fuller():
+def test_64_row_tiles_go_4_deep_where_the_grid_then_takes_fewer_program_slots():
     def depth(m, n, k):
-        return interleaved_stages(_heuristic(m, n, k, 132, False), m, n, 132).num_stages
+        return interleaved_stages(_heuristic(m, n, k, 132, False), m, n, k, 132).num_stages
 
     assert depth(1024, 4096, 512) == 4  # 512 tiles: 2 waves of 396 (3 deep) or of 264 (4 deep)
-    assert depth(1024, 7168, 16384) == 4  # 896 tiles: 3 waves of 396 or 4 of 264
+    assert depth(1024, 7168, 16384) == 4  # 896 tiles: 3 waves of 396 or 4 of 264, a long K
+    assert depth(1024, 7168, 2048) == 4  # the same grid, 16 K blocks
+    assert depth(256, 32768, 512) == 3  # 8 slots per SM against 9, but 4 K blocks
+    assert depth(1024, 32768, 512) == 3  # 4096 tiles: 16 x 264 against 11 x 396, 3% fewer
     assert depth(1024, 2112, 7168) == 3  # 272 tiles: one wave of 396, or two of 264
     assert depth(1024, 24576, 1536) == 3  # 3072 tiles: as full either way; more programs per SM
 
