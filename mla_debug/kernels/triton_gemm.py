@@ -155,7 +155,7 @@ def interleaved_stages(cfg: LaunchConfig, m: int, n: int, k: int, sms: int) -> L
         # 3 stages fit three programs per SM, 4 fit two. 4 where the grid then occupies fewer program
         # slots (its last wave counted whole) and either streams a long K (16+ blocks: 7168x2048 and
         # 7168x16384 M=1024, 8 slots per SM against 9: 0.95 and 0.96 of plain against 0.92 and 0.91) or
-        # saves a quarter of them (4096x512 M=1024: 4 against 6, 0.99 against 0.94); short-K grids
+        # saves a quarter of them (4096x512 M=1024: 4 per SM against 6, 0.98 against 0.94); short-K grids
         # otherwise gain from the third program per SM (32768x512 M=256: 8 slots against 9, yet 21.6 us
         # with 3 stages against 22.8), and a grid that fits one wave of 3 keeps it (2112x7168 M=1024).
         # Fitted on the nine 64 x 128-tile cases of the stage sweep in RESULTS.md.
