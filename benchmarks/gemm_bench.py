@@ -55,6 +55,19 @@ class Timer:
         return statistics.median(times)
 
 
+def parse_cases(text: str) -> list[tuple[int, int, int]]:
+    """(N, K, M) triples from the probes' --cases "NxK:M,NxK:M" argument."""
+    cases = []
+    for item in text.split(","):
+        try:
+            shape, m = item.split(":")
+            n, k = shape.split("x")
+            cases.append((int(n), int(k), int(m)))
+        except ValueError:
+            raise SystemExit(f"--cases: {item!r} is not NxK:M (e.g. 7168x2048:64)") from None
+    return cases
+
+
 def operands(m: int, n: int, k: int, gen: torch.Generator):
     w = torch.randn(n, k, generator=gen) * 0.02
     x = torch.randn(m, k, generator=gen).to(torch.bfloat16)

@@ -15,7 +15,13 @@ import argparse
 import itertools
 
 import torch
-from gemm_bench import Timer, check, cublas_call, operands  # benchmarks/ is on sys.path when run as a script
+from gemm_bench import (  # benchmarks/ is on sys.path when run as a script
+    Timer,
+    check,
+    cublas_call,
+    operands,
+    parse_cases,
+)
 
 import mla_debug as md
 from mla_debug.kernels.triton_gemm import BLOCK, LaunchConfig, launch_config, triton_block_scaled_mm
@@ -55,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = CASES
     if args.cases:
-        cases = [(*map(int, c.split(":")[0].split("x")), int(c.split(":")[1])) for c in args.cases.split(",")]
+        cases = parse_cases(args.cases)
     timer = Timer(args.reps)
     gen = torch.Generator().manual_seed(0)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; median of {args.reps} L2-flushed calls\n")

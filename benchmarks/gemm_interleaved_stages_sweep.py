@@ -16,7 +16,7 @@ import argparse
 from dataclasses import replace
 
 import torch
-from gemm_bench import Timer, check, operands  # benchmarks/ is on sys.path when run as a script
+from gemm_bench import Timer, check, operands, parse_cases  # benchmarks/ is on sys.path when run as a script
 
 import mla_debug as md
 from mla_debug import _triton_env as triton_env
@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = CASES
     if args.cases:
-        cases = [(*map(int, c.split(":")[0].split("x")), int(c.split(":")[1])) for c in args.cases.split(",")]
+        cases = parse_cases(args.cases)
     depths = [int(s) for s in args.stages.split(",")]
     timer = Timer(args.reps)
     gen = torch.Generator().manual_seed(0)

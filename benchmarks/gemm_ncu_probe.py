@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from gemm_bench import check, operands, triton_variants  # benchmarks/ is on sys.path when run as a script
+from gemm_bench import check, operands, parse_cases, triton_variants  # benchmarks/ is on sys.path when run as a script
 
 from mla_debug.kernels.triton_gemm import launch_config
 
@@ -29,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = CASES
     if args.cases:
-        cases = [(*map(int, c.split(":")[0].split("x")), int(c.split(":")[1])) for c in args.cases.split(",")]
+        cases = parse_cases(args.cases)
     gen = torch.Generator().manual_seed(0)
     for n, k, m in cases:
         _, _, qw, qa = operands(m, n, k, gen)

@@ -24,7 +24,7 @@ import argparse
 import statistics
 
 import torch
-from gemm_bench import Timer, check, operands  # benchmarks/ is on sys.path when run as a script
+from gemm_bench import Timer, check, operands, parse_cases  # benchmarks/ is on sys.path when run as a script
 
 import mla_debug as md
 from mla_debug.kernels.triton_gemm import launch_config, triton_block_scaled_mm
@@ -82,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = CASES
     if args.cases:
-        cases = [(*map(int, c.split(":")[0].split("x")), int(c.split(":")[1])) for c in args.cases.split(",")]
+        cases = parse_cases(args.cases)
     pads = [int(p) for p in args.pads.split(",") if p]
     timer = Timer(args.reps)
     gen = torch.Generator().manual_seed(0)
