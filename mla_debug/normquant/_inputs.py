@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import describe, require_dtype, require_floating, require_ndim, require_shape, require_tensor
-from ..layouts import ScaleLayout
+from ..layouts import QuantizedActivation, ScaleLayout
 from ..numerics import Fp8Format, QuantFlavor, fp8_format, quant_flavor
 
 # aiter's fused kernel keeps one row in registers/LDS; rows wider than this are rejected by it.
@@ -43,6 +43,22 @@ class NormQuantArgs:
     @property
     def m(self) -> int:
         return self.q.shape[0]
+
+    def quantized(
+        self, data: torch.Tensor, scale: torch.Tensor, producer: str, overflow_count: int = 0
+    ) -> QuantizedActivation:
+        """A backend's q bytes and scale (written in this call's scale layout) as the public result, with
+        the call's recipe (format, group size, flavor) recorded."""
+        return QuantizedActivation(
+            data=data,
+            scale=scale,
+            scale_layout=self.scale_layout,
+            fmt=self.fmt,
+            group_size=self.group_size,
+            producer=producer,
+            flavor=self.flavor.name,
+            overflow_count=overflow_count,
+        )
 
 
 def _strides(t: torch.Tensor) -> str:

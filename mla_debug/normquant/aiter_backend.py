@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 
 from .._checks import describe
-from ..layouts import QuantizedActivation, ScaleLayout
+from ..layouts import ScaleLayout
 from ._inputs import NormQuantArgs
 from .reference import OP, NormQuantResult, register_builtin_backend
 
@@ -122,15 +122,7 @@ def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
             **extra,
         )
     return NormQuantResult(
-        q_quant=QuantizedActivation(
-            data=q_out,
-            scale=scale,
-            scale_layout=args.scale_layout,
-            fmt=args.fmt,
-            group_size=args.group_size,
-            producer=f"{OP} (aiter)",
-            flavor="aiter",
-        ),
+        q_quant=args.quantized(q_out, scale, f"{OP} (aiter)"),  # flavor "aiter": checked above
         k_normed=k_out,
         q_unquantized=unq,
         residual_sum=res_out,

@@ -73,15 +73,8 @@ def quantize_normed(y: torch.Tensor, args: NormQuantArgs, producer: str) -> Quan
     layout the producer writes.
     """
     data, scale, overflows = group_quantize(y, args.group_size, args.fmt, args.flavor, name=f"{producer}: q")
-    return QuantizedActivation(
-        data=data,
-        scale=present_scale(scale, args.scale_layout, name=f"{producer}: q scale"),
-        scale_layout=args.scale_layout,
-        fmt=args.fmt,
-        group_size=args.group_size,
-        producer=producer,
-        flavor=args.flavor.name,
-        overflow_count=overflows,
+    return args.quantized(
+        data, present_scale(scale, args.scale_layout, name=f"{producer}: q scale"), producer, overflows
     )
 
 

@@ -144,16 +144,7 @@ def quantized_activation(args: NormQuantArgs, outputs, producer: str) -> Quantiz
     """What a quant launch wrote (`outputs`: q_bytes, scale, overflow_counter) as the public result;
     reads the overflow counter (warning as the torch quantizer does)."""
     overflows = support.report_overflows(outputs.overflow_counter, f"{producer}: q", args.fmt, args.flavor)
-    return QuantizedActivation(
-        data=outputs.q_bytes.view(args.fmt.dtype),
-        scale=outputs.scale,
-        scale_layout=args.scale_layout,
-        fmt=args.fmt,
-        group_size=args.group_size,
-        producer=producer,
-        flavor=args.flavor.name,
-        overflow_count=overflows,
-    )
+    return args.quantized(outputs.q_bytes.view(args.fmt.dtype), outputs.scale, producer, overflows)
 
 
 def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
