@@ -37,11 +37,15 @@ class LaunchConfig:
     group_m: int = 8
     split_k: int = 1
     stagger: bool = True  # column tile j starts its K loop at block j (see _triton_gemm_kernel)
+    # Scale each block's product into the accumulator while the next block multiplies (the Gluon kernel,
+    # wgmma tiles without split-K; see _gluon_gemm). Changes no arithmetic.
+    overlap: bool = False
 
     def __str__(self) -> str:
         return (
             f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}-g{self.group_m}-sk{self.split_k}"
             + ("" if self.stagger else "-nostagger")
+            + ("-overlap" if self.overlap else "")
         )
 
 
@@ -245,14 +249,25 @@ def check_operands(
         raise ValueError(f"{name}: operands are on {sorted(map(str, devices))}; put them on one device")
 
 
-def gluon_fits(cfg: LaunchConfig) -> bool:
+def gluon_fits(cfg: LaunchConfig, shuffled: bool = True) -> bool:
     """Whether the Gluon kernel's copy layouts cover `cfg`'s tiles without two threads copying one
-    element: activation rows 4 per warp, and the weight tile's 16-row bands 2 K chunks per warp, the
-    warps spread over bands first (tiles at least one band wide)."""
+    element: activation rows 4 per warp; a plain weight's rows the same; a shuffled weight's 16-row bands
+    2 K chunks per warp, the warps spread over bands first (tiles at least one band wide)."""
+    if cfg.block_m < 4 * cfg.num_warps:
+        return False
+    if not shuffled:
+        return cfg.block_n >= 4 * cfg.num_warps
     if cfg.block_n < SHUFFLE_BAND:
         return False
     warps_n = min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND)
-    return cfg.block_m >= 4 * cfg.num_warps and 2 * (cfg.num_warps // warps_n) <= BLOCK // 16
+    return 2 * (cfg.num_warps // warps_n) <= BLOCK // 16
+
+
+def overlap_fits(cfg: LaunchConfig, k: int) -> bool:
+    """Whether the Gluon kernel can overlap each block's promotion with the next block's MMA for `cfg`
+    over K: wgmma tiles (64+ rows), one K range per tile, and an even number of K blocks (the loop takes
+    them in pairs, each product in its own registers)."""
+    return cfg.block_m >= 64 and cfg.split_k == 1 and (k // BLOCK) % 2 == 0
 
 
 def triton_block_scaled_mm(
@@ -293,13 +308,25 @@ def triton_block_scaled_mm(
     cfg = config or launch_config(m, n, k, a.device, fnuz)
     if BLOCK % cfg.block_n:
         raise ValueError(f"{name}: block_n={cfg.block_n} must divide 128 (one weight-scale block per tile)")
-    interleaved_runs = shuffled and not fnuz and gluon_fits(cfg) and triton_env.hopper_gluon(a.device)
+    gluon_runs = not fnuz and gluon_fits(cfg, shuffled) and triton_env.hopper_gluon(a.device)
+    interleaved_runs = shuffled and gluon_runs
     if staging == "interleaved" and not interleaved_runs:
         raise ValueError(
             f"{name}: interleaved staging needs a preshuffled e4m3fn weight, an sm_90 GPU with triton's Gluon "
             f"dialect and a tile its copies cover (block_m >= 4 x warps, at most 4 warps along K); "
             f"got shuffled={shuffled}, {fmt.name}, {cfg}, {a.device}"
         )
+    use_gluon = (shuffled and staging != "swizzled" and interleaved_runs) or (not shuffled and cfg.overlap)
+    if cfg.overlap and not (use_gluon and gluon_runs and overlap_fits(cfg, k)):
+        if config is not None:
+            raise ValueError(
+                f"{name}: {cfg} overlaps the promotion with the next MMA, which only the Gluon kernel does: it "
+                f"needs an sm_90 GPU with triton's Gluon dialect, e4m3fn operands, wgmma tiles (block_m >= 64) "
+                f"without split-K, an even number of 128-wide K blocks, and staging other than 'swizzled'; got K={k}, {fmt.name}, "
+                f"staging={staging!r}, {a.device}"
+            )
+        cfg = replace(cfg, overlap=False)  # the heuristic's choice, where the Gluon kernel cannot run
+        use_gluon = shuffled and staging != "swizzled" and interleaved_runs
     stride_sm, stride_sk = (groups, 1) if scale_bytes == ScaleLayout.ROW_MAJOR else (1, m)
     if scale_bytes == ScaleLayout.COL_MAJOR_STRIDED:
         stride_sm, stride_sk = 1, m  # same bytes as COL_MAJOR
@@ -320,14 +347,16 @@ def triton_block_scaled_mm(
     # row stride (the Gluon one reads only shuffled weights: one contiguous buffer).
     buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
     strides = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)  # scales, out, partials
-    if staging == "interleaved" or (staging == "auto" and interleaved_runs):
-        from ._gluon_shuffled_gemm import shuffled_gemm_kernel
+    if use_gluon:
+        from ._gluon_gemm import gluon_gemm_kernel
 
-        if config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
+        if shuffled and config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
             cfg = interleaved_stages(cfg, m, n, k, triton_env.sm_count(a.device))
-        shuffled_gemm_kernel[(tiles, cfg.split_k)](
-            *buffers, a.stride(0), *strides, **gluon_constants(cfg), num_warps=cfg.num_warps
-        )
+        # KP: the shuffled weight's padded row length, or the plain weight's row stride.
+        gluon_gemm_kernel[(tiles, cfg.split_k)](
+            *buffers[:-1], w.shape[1] if shuffled else w.stride(0), a.stride(0), *strides,
+            **gluon_constants(cfg, k, shuffled), num_warps=cfg.num_warps,
+        )  # fmt: skip
         return out
     # The kernel addresses a_scale's raw bytes (check_operands: a gap-free buffer).
     block_scaled_gemm_kernel[(tiles, cfg.split_k)](
@@ -349,9 +378,11 @@ def triton_block_scaled_mm(
     return out
 
 
-def gluon_constants(cfg: LaunchConfig) -> dict[str, int | bool]:
-    """The compile-time arguments of the Gluon kernel for a launch config."""
+def gluon_constants(cfg: LaunchConfig, k: int, shuffled: bool = True) -> dict[str, int | bool]:
+    """The compile-time arguments of the Gluon kernel for a launch config over K."""
     return dict(
+        SHUFFLED=shuffled,
+        OVERLAP=cfg.overlap and overlap_fits(cfg, k),
         SPLIT_K=cfg.split_k,
         STAGGER=cfg.stagger,
         BLOCK_M=cfg.block_m,

@@ -1,20 +1,22 @@
-"""The Gluon preshuffled GEMM compiles for Hopper with the installed triton, on any machine.
+"""The Gluon GEMM compiles for Hopper with the installed triton, on any machine.
 
 Gluon is triton's experimental dialect and its API moves between releases (``async_copy_global_to_shared``
 became ``async_load``, ``thread_barrier`` became ``barrier``); the GPU tests run it on one triton version
 only. Compiling it here for sm_90a - no GPU needed - catches a break with the version CI installs, and
-the compiled code is checked for what the kernel is for: the weight tile staged unswizzled, 16-byte
-tile copies (4-byte ones for the scales), and the tensor-core instruction each tile shape is meant to use
-(the plain Triton kernel's, so that both give the same bytes).
+the compiled code is checked for what the kernel is for: a preshuffled weight tile staged unswizzled
+(a plain one 128-byte swizzled), 16-byte tile copies (4-byte ones for the scales), the tensor-core
+instruction each tile shape is meant to use (the plain Triton kernel's, so that both give the same
+bytes), and, for the overlapped loop, MMAs that ptxas does not serialize and no spilled registers.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
-from mla_debug.kernels.triton_gemm import LaunchConfig, gluon_constants, gluon_fits
+from mla_debug.kernels.triton_gemm import LaunchConfig, gluon_constants, gluon_fits, overlap_fits
 
 triton = pytest.importorskip("triton")
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper", reason="this triton has no Gluon")
@@ -32,18 +34,18 @@ POINTERS = {
 SCALARS = ("M", "N", "K", "KP", "stride_am", "stride_sm", "stride_sk", "stride_wsn", "stride_wsk", "stride_om")
 
 
-def compile_for_hopper(cfg: LaunchConfig):
+def compile_for_hopper(cfg: LaunchConfig, shuffled: bool = True, k: int = 7168):
     from triton.backends.compiler import GPUTarget
 
-    from mla_debug.kernels._gluon_shuffled_gemm import shuffled_gemm_kernel
+    from mla_debug.kernels._gluon_gemm import gluon_gemm_kernel
 
     signature = dict(POINTERS, **{name: "i32" for name in SCALARS}, stride_split="i32")
-    constexprs = gluon_constants(cfg)
+    constexprs = gluon_constants(cfg, k, shuffled)
     signature.update({name: "constexpr" for name in constexprs})
     names = list(signature)
     aligned = [names.index(n) for n in (*POINTERS, "N", "K", "KP", "stride_am", "stride_om", "stride_split")]
     attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-    source = runtime.GluonASTSource(fn=shuffled_gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    source = runtime.GluonASTSource(fn=gluon_gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg.num_warps))
 
 
@@ -75,3 +77,49 @@ def test_tiles_the_copies_do_not_cover_are_left_to_the_triton_kernel():
     assert not gluon_fits(LaunchConfig(16, 64, 8, 4))  # 8 warps x 4 rows > 16 rows
     assert not gluon_fits(LaunchConfig(64, 8, 4, 4))  # narrower than one 16-row band
     assert gluon_fits(LaunchConfig(16, 32, 4, 4))
+
+
+OVERLAPPED = [LaunchConfig(128, 128, 8, 4, 8, 1, overlap=True), LaunchConfig(64, 128, 4, 4, 8, 1, overlap=True)]
+
+
+@pytest.mark.parametrize("shuffled", [True, False], ids=["shuffled", "plain"])
+@pytest.mark.parametrize("cfg", OVERLAPPED, ids=str)
+def test_overlapped_loop_keeps_its_mmas_asynchronous(cfg, shuffled, tmp_path):
+    """Two products in turn, one promoted under the other's MMA: ptxas must neither serialize the wgmmas
+    nor inject waits (either would put the promotion back on the tensor cores' path), nor spill."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    kernel = compile_for_hopper(cfg, shuffled)
+    ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
+    assert "OVERLAP" not in ttgir  # (constants are folded in)
+    assert re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir) or not shuffled
+    if not shuffled:  # a plain weight tile in the 128-byte swizzle, like the activation tile
+        assert not re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir)
+    # Four wgmma (k32) per block: the peeled first block, two per loop body, the last block.
+    assert ptx.count("wgmma.mma_async") == 16
+    source = tmp_path / "kernel.ptx"
+    source.write_text(ptx)
+    run = subprocess.run(
+        [get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(source), "-o", str(tmp_path / "kernel.cubin")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Potential Performance Loss" not in run.stderr, run.stderr
+    assert "wgmma.wait_group is injected" not in run.stderr, run.stderr
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", run.stderr), run.stderr
+
+
+def test_overlap_needs_wgmma_tiles_one_k_range_and_an_even_block_count():
+    assert overlap_fits(LaunchConfig(128, 128, 8, 4, overlap=True), 7168)
+    assert not overlap_fits(LaunchConfig(128, 128, 8, 4, overlap=True), 7168 + 128)  # 57 blocks
+    assert not overlap_fits(LaunchConfig(16, 64, 4, 4, overlap=True), 7168)  # mma.sync tiles
+    assert not overlap_fits(LaunchConfig(64, 128, 4, 4, 8, 2, overlap=True), 7168)  # split-K
+    # Constants reach the kernel only where it can run them.
+    assert gluon_constants(LaunchConfig(128, 128, 8, 4, overlap=True), 7168)["OVERLAP"]
+    assert not gluon_constants(LaunchConfig(128, 128, 8, 4, overlap=True), 7168 + 128)["OVERLAP"]
+
+
+def test_plain_weight_tiles_the_copies_cover():
+    assert gluon_fits(LaunchConfig(128, 128, 8, 4), shuffled=False)
+    assert not gluon_fits(LaunchConfig(128, 16, 8, 4), shuffled=False)  # 8 warps x 4 rows > 16 rows
