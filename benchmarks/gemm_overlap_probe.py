@@ -1,6 +1,7 @@
-"""Promotion overlapped with the next block's MMA (the Gluon kernel's OVERLAP loop), timed at large M.
+"""Promotion overlapped with the next block's MMA (the Gluon kernels' overlapped loop), timed at large M.
 
-  PYTHONPATH=. python3 benchmarks/gemm_overlap_probe.py [--cases 7168x16384:4096,...] [--stages 3,4,5,6]
+  PYTHONPATH=. python3 benchmarks/gemm_overlap_probe.py [--cases 7168x16384:4096,...] [--stages 4,5]
+      [--tiles 128x128,64x128] [--kernels overlap,persistent]
 
 Each K block's fp32 product must be scaled into the accumulator before the next block's product lands
 in the same registers; the plain kernels wait for every MMA and then promote, so the tensor cores idle
@@ -9,9 +10,11 @@ turn and promotes one while the other's MMA runs. Same MMA, same multiply-add or
 the plain Triton kernel's for the same tiles, which this checks before timing anything.
 
 For each case, with gemm_bench's L2-flushed timer: the plain Triton kernel at the heuristic's config,
-cuBLAS blockwise, and the Gluon kernel with OVERLAP for the plain and the preshuffled weight at each
-stage count and tile shape listed (128 x 128 with 8 warps, and 64 x 128 with 4 warps), with the
-preshuffled weight's launcher default for comparison. Ratios are to cuBLAS.
+cuBLAS blockwise, the launcher's default for the preshuffled weight, and the overlapped loop for the
+plain and the preshuffled weight at each stage count, tile shape (128 x 128 with 8 warps, 64 x 128 with
+4) and kernel listed: "overlap", one program per tile (LaunchConfig.overlap), and "persistent", one
+program per SM running its copy pipeline on across its tiles (LaunchConfig.persistent). Ratios are to
+cuBLAS.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ TILES = {"128x128": (128, 128, 8), "64x128": (64, 128, 4)}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=None, help="NxK:M,... instead of the built-in list")
-    parser.add_argument("--stages", default="3,4,5,6")
+    parser.add_argument("--stages", default="4,5")
     parser.add_argument("--tiles", default=",".join(TILES), help=f"tile shapes among {', '.join(TILES)}")
+    parser.add_argument("--kernels", default="overlap,persistent", help="among overlap, persistent")
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args()
     cases = parse_cases(args.cases) if args.cases else CASES
@@ -44,10 +48,15 @@ def main() -> None:
     device = torch.device("cuda")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; medians of {args.reps} L2-flushed calls")
     print("TFLOP/s; each overlapped run checked bitwise against the plain Triton kernel with its tiles\n")
-    variants = [(bm, bn, w, s, sh) for bm, bn, w in tiles for s in depths for sh in (False, True)]
+    kernels = args.kernels.split(",")
+    if not set(kernels) <= {"overlap", "persistent"}:
+        raise SystemExit(f"--kernels: {args.kernels!r}: choose among overlap, persistent")
+    variants = [
+        (bm, bn, w, s, kernel, sh) for kernel in kernels for bm, bn, w in tiles for s in depths for sh in (False, True)
+    ]
     print(
         "| N x K | M | heuristic | cuBLAS | Triton | preshuffled (launcher) | "
-        + " | ".join(f"{bm}x{bn} s{s} {'shuf' if sh else 'plain'}" for bm, bn, w, s, sh in variants)
+        + " | ".join(f"{kernel} {bm}x{bn} s{s} {'shuf' if sh else 'plain'}" for bm, bn, w, s, kernel, sh in variants)
         + " | best plain / cuBLAS | best shuffled / cuBLAS |"
     )
     print("|---|---|---|---|---|---|" + "---|" * (len(variants) + 2))
@@ -78,11 +87,11 @@ def main() -> None:
         cells = [f"{cublas:.0f}", f"{tflops(timer(plain)):.0f}", f"{tflops(timer(preshuffled)):.0f}"]
         best = {False: 0.0, True: 0.0}
         references: dict[tuple, torch.Tensor] = {}
-        for bm, bn, warps, stages, is_shuffled in variants:
-            config = LaunchConfig(bm, bn, warps, stages, cfg.group_m, 1, overlap=True)
+        for bm, bn, warps, stages, kernel, is_shuffled in variants:
+            config = LaunchConfig(bm, bn, warps, stages, cfg.group_m, 1, **{kernel: True})
             key = (bm, bn, warps)
             if key not in references:
-                references[key] = plain(replace(config, overlap=False, num_stages=3))
+                references[key] = plain(replace(config, overlap=False, persistent=False, num_stages=3))
             run = preshuffled if is_shuffled else plain
             try:
                 out = run(config)

@@ -97,17 +97,9 @@ def gluon_gemm_kernel(
     STORE_COLS: gl.constexpr = BLOCK_N // 8
     store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // STORE_COLS, STORE_COLS], [NUM_WARPS, 1], [1, 0])
 
-    # Grouped ordering, as in the Triton kernel: GROUP_M row tiles share each weight column tile in L2.
     pid = gl.program_id(0)
     split = gl.program_id(1)
-    tiles_m = (M + BLOCK_M - 1) // BLOCK_M
-    tiles_n = (N + BLOCK_N - 1) // BLOCK_N
-    per_group = GROUP_M * tiles_n
-    group = pid // per_group
-    first_m = group * GROUP_M
-    group_rows = gl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
+    pid_m, pid_n = tile_coordinates(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     # Rows past M and columns past N are clamped to row 0: in bounds without masks, never stored.
     offs_am = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, a_copy))
@@ -175,28 +167,32 @@ def gluon_gemm_kernel(
         )  # fmt: skip
         part_a = warpgroup_mma_wait(0, deps=[part_a])
         # Block 0 is peeled off, so that a product is only ever read after an MMA wrote it (ptxas injects a
-        # wait, serializing, where one read may meet the zeros a tile starts as). Each step starts block
-        # i's MMA, promotes block i - 1 under it, then refills block i - 1's slot (its scales read first).
+        # wait, serializing, where one read may meet the zeros a tile starts as). Each step reads block
+        # i - 1's scales, starts block i's MMA (the barrier: no refill of block i - 1's slot before every
+        # thread has read them), promotes block i - 1 under it, then refills block i - 1's slot.
         for j in range(0, n_blocks - 2, 2):
+            scale = block_scale(j, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
             part_b = _start_mma(j + 1, a_bufs, w_bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
-            acc = _promote(acc, part_a, j, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
+            acc += part_a * scale[:, None]
             _fetch(
                 j + STAGES, n_blocks, shift, kb_start, STAGES, a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, a_ptrs,
                 w_ptrs, s_ptrs, ws_ptrs, stride_sk, stride_wsk, SHUFFLED, BLOCK_N,
             )  # fmt: skip
             part_b = warpgroup_mma_wait(0, deps=[part_b])
+            scale = block_scale(j + 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
             part_a = _start_mma(j + 2, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
-            acc = _promote(acc, part_b, j + 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
+            acc += part_b * scale[:, None]
             _fetch(
                 j + 1 + STAGES, n_blocks, shift, kb_start, STAGES, a_bufs, w_bufs, a_scale_bufs, w_scale_bufs,
                 a_ptrs, w_ptrs, s_ptrs, ws_ptrs, stride_sk, stride_wsk, SHUFFLED, BLOCK_N,
             )  # fmt: skip
             part_a = warpgroup_mma_wait(0, deps=[part_a])
         # Block n - 2 is in part_a; the last one goes to part_b.
+        scale = block_scale(n_blocks - 2, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
         part_b = _start_mma(n_blocks - 1, a_bufs, w_bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
-        acc = _promote(acc, part_a, n_blocks - 2, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
+        acc += part_a * scale[:, None]
         part_b = warpgroup_mma_wait(0, deps=[part_b])
-        acc = _promote(acc, part_b, n_blocks - 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
+        acc += part_b * block_scale(n_blocks - 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)[:, None]
     else:
         zeros = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
         for i in range(0, n_blocks):
@@ -222,21 +218,19 @@ def gluon_gemm_kernel(
             )  # fmt: skip
             if WGMMA:
                 part = warpgroup_mma_wait(0, deps=[part])
-            acc = _promote(acc, part, i, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
+            acc += part * block_scale(i, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)[:, None]
     async_copy.wait_group(0)
 
-    # Stores from a row-major layout (16-byte runs along a row) rather than the MMA's (4-byte pieces of
-    # 8 rows per warp): a K = 512 GEMM at M = 4096 writes more output than it reads.
-    acc = gl.convert_layout(acc, store_layout)
-    offs_om = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
-    offs_n = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
-    out_offs = offs_om[:, None].to(gl.int64) * stride_om + offs_n[None, :]
-    mask = (offs_om < M)[:, None] & (offs_n < N)[None, :]
     if SPLIT_K == 1:
-        gl.store(out_ptr + out_offs, acc.to(gl.bfloat16), mask=mask)
+        store_tile(acc, out_ptr, pid_m, pid_n, M, N, stride_om, BLOCK_M, BLOCK_N)
     else:
         # In-launch split-K reduction, exactly as the Triton kernel: the last split to arrive adds the
         # fp32 partials in split order.
+        acc = gl.convert_layout(acc, store_layout)
+        offs_om = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
+        offs_n = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
+        out_offs = offs_om[:, None].to(gl.int64) * stride_om + offs_n[None, :]
+        mask = (offs_om < M)[:, None] & (offs_n < N)[None, :]
         gl.store(partial_ptr + split * stride_split + out_offs, acc, mask=mask)
         _barrier()
         arrived = gl.atomic_add(arrivals_ptr + pid, 1, sem="acq_rel")
@@ -292,8 +286,36 @@ def _start_mma(i, a_bufs, w_bufs, part, STAGES: gl.constexpr, SHUFFLED: gl.const
 
 
 @gluon.jit
-def _promote(acc, part, i, a_scale_bufs, w_scale_bufs, STAGES: gl.constexpr, rows_layout: gl.constexpr):
-    """acc + block i's raw product times its activation and weight scales (staged in slot i % STAGES)."""
+def block_scale(i, a_scale_bufs, w_scale_bufs, STAGES: gl.constexpr, rows_layout: gl.constexpr):
+    """Block i's per-row scale, activation times weight (staged in slot i % STAGES), that its raw product
+    is multiplied by before it is added to the accumulator (fused into one multiply-add per element, as
+    in the Triton kernel)."""
     a_s = a_scale_bufs.index(i % STAGES).load(rows_layout)
     w_s = w_scale_bufs.index(i % STAGES).load(rows_layout)
-    return acc + part * (a_s * w_s)[:, None]
+    return a_s * w_s
+
+
+@gluon.jit
+def tile_coordinates(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """(row tile, column tile) of output tile number `tile` in grouped order, as in the Triton kernel:
+    GROUP_M row tiles share each weight column tile while it is in L2."""
+    tiles_m = (M + BLOCK_M - 1) // BLOCK_M
+    tiles_n = (N + BLOCK_N - 1) // BLOCK_N
+    per_group = GROUP_M * tiles_n
+    first_m = (tile // per_group) * GROUP_M
+    group_rows = gl.minimum(tiles_m - first_m, GROUP_M)
+    return first_m + (tile % per_group) % group_rows, (tile % per_group) // group_rows
+
+
+@gluon.jit
+def store_tile(acc, out_ptr, pid_m, pid_n, M, N, stride_om, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The fp32 tile as bf16 at (pid_m, pid_n), masked to M x N. Stored from a row-major layout (16-byte
+    runs along a row) rather than the MMA's (4-byte pieces of 8 rows per warp): a K = 512 GEMM at M = 4096
+    writes more output than it reads."""
+    STORE_COLS: gl.constexpr = BLOCK_N // 8
+    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // STORE_COLS, STORE_COLS], [gl.num_warps(), 1], [1, 0])
+    acc = gl.convert_layout(acc, store_layout)
+    offs_m = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
+    offs_n = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    gl.store(out_ptr + offs_m[:, None].to(gl.int64) * stride_om + offs_n[None, :], acc.to(gl.bfloat16), mask=mask)

@@ -40,12 +40,16 @@ class LaunchConfig:
     # Scale each block's product into the accumulator while the next block multiplies (the Gluon kernel,
     # wgmma tiles without split-K; see _gluon_gemm). Changes no arithmetic.
     overlap: bool = False
+    # The same loop in a persistent grid, one program per SM running its copy pipeline on across its tiles
+    # (see _gluon_persistent_gemm). Changes no arithmetic.
+    persistent: bool = False
 
     def __str__(self) -> str:
         return (
             f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}-g{self.group_m}-sk{self.split_k}"
             + ("" if self.stagger else "-nostagger")
             + ("-overlap" if self.overlap else "")
+            + ("-persistent" if self.persistent else "")
         )
 
 
@@ -74,8 +78,9 @@ def runs_on(device: torch.device, allow_interpreter: bool = False) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool) -> LaunchConfig:
-    """Tiles by M, from autotuning DeepSeek shapes on an H200 (benchmarks/RESULTS.md)."""
+def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool, gluon: bool = False) -> LaunchConfig:
+    """Tiles by M, from autotuning DeepSeek shapes on an H200 (benchmarks/RESULTS.md); `gluon`: the Gluon
+    kernels can run (an sm_90 GPU), which at large M overlap the promotion with the MMA (_overlapped)."""
     k_blocks = -(-k // BLOCK)
     split = 1
     if m <= 64:
@@ -118,7 +123,29 @@ def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool) -> LaunchConfig:
         block_m, block_n, warps, stages = 128, 128, 8, 3
     if fnuz:  # bf16 operands take twice the shared memory per stage
         stages = min(stages, 3)
-    return LaunchConfig(block_m, block_n, warps, stages, 8, split)
+    cfg = LaunchConfig(block_m, block_n, warps, stages, 8, split)
+    return _overlapped(cfg, m, k) if gluon and not fnuz else cfg
+
+
+def _overlapped(cfg: LaunchConfig, m: int, k: int) -> LaunchConfig:
+    """Where the Gluon kernels' overlapped loop beats the Triton kernel, the config that runs it: 128 x
+    128 tiles (8 warps, 4 stages), the same MMA and multiply-add order, so the same bytes.
+
+    From benchmarks/gemm_overlap_probe.py on an H200 (RESULTS.md), plain weight, against the Triton
+    kernel's tiles: above M = 1024, 1.12-1.22x (24576x1536 M = 4096: 821 against 689 TFLOP/s); over K = 512
+    (4 blocks) from M = 1024 the persistent kernel, whose next tile's first copies land while a tile
+    finishes (32768x512 M = 8192: 619 against 487 one program per tile; it ran 5-25% slower than that over
+    longer K); at M = 1024 otherwise only over long K (7168x16384, 128 blocks: 858 against 780), the
+    64 x 128 tiles being as fast or faster elsewhere (3072x1536: 499 against 470)."""
+    k_blocks = k // BLOCK
+    overlapped = LaunchConfig(128, 128, 8, 4, cfg.group_m, 1, cfg.stagger)
+    if m < 1024 or cfg.split_k > 1:
+        return cfg
+    if 3 <= k_blocks <= 4 and overlap_fits(replace(overlapped, persistent=True), k):
+        return replace(overlapped, persistent=True)
+    if (m > 1024 or k_blocks >= 64) and overlap_fits(overlapped, k):
+        return replace(overlapped, overlap=True)
+    return cfg
 
 
 def _waves(programs: int, sms: int, stage_bytes: int, stages: int) -> int:
@@ -194,7 +221,8 @@ _TUNED: dict[tuple, LaunchConfig] = {}
 def launch_config(m: int, n: int, k: int, device: torch.device, fnuz: bool = False) -> LaunchConfig:
     """The configuration for an (M, N, K) problem: an autotuned one if `autotune` ran for it, else the
     heuristic."""
-    return _tuned(m, n, k, fnuz, device) or _heuristic(m, n, k, triton_env.sm_count(device), fnuz)
+    heuristic = _heuristic(m, n, k, triton_env.sm_count(device), fnuz, triton_env.hopper_gluon(device))
+    return _tuned(m, n, k, fnuz, device) or heuristic
 
 
 def _tuned(m: int, n: int, k: int, fnuz: bool, device: torch.device) -> LaunchConfig | None:
@@ -264,10 +292,19 @@ def gluon_fits(cfg: LaunchConfig, shuffled: bool = True) -> bool:
 
 
 def overlap_fits(cfg: LaunchConfig, k: int) -> bool:
-    """Whether the Gluon kernel can overlap each block's promotion with the next block's MMA for `cfg`
+    """Whether the Gluon kernels can overlap each block's promotion with the next block's MMA for `cfg`
     over K: wgmma tiles (64+ rows), one K range per tile, and an even number of K blocks (the loop takes
-    them in pairs, each product in its own registers)."""
-    return cfg.block_m >= 64 and cfg.split_k == 1 and (k // BLOCK) % 2 == 0
+    them in pairs, each product in its own registers); persistent, at least stages - 1 of them (the
+    prologue's copies stay within a program's first tile)."""
+    k_blocks = k // BLOCK
+    enough = not cfg.persistent or k_blocks >= cfg.num_stages - 1
+    return cfg.block_m >= 64 and cfg.split_k == 1 and k_blocks % 2 == 0 and k_blocks >= 2 and enough
+
+
+def persistent_programs_per_sm(cfg: LaunchConfig) -> int:
+    """Programs of the persistent kernel an SM holds at once: its overlapped loop keeps the accumulator and
+    two products, 230-255 registers per thread, so one program of 8 warps or two of 4 (65536 registers)."""
+    return max(1, 65536 // (256 * 32 * cfg.num_warps))
 
 
 def triton_block_scaled_mm(
@@ -316,17 +353,18 @@ def triton_block_scaled_mm(
             f"dialect and a tile its copies cover (block_m >= 4 x warps, at most 4 warps along K); "
             f"got shuffled={shuffled}, {fmt.name}, {cfg}, {a.device}"
         )
-    use_gluon = (shuffled and staging != "swizzled" and interleaved_runs) or (not shuffled and cfg.overlap)
-    if cfg.overlap and not (use_gluon and gluon_runs and overlap_fits(cfg, k)):
+    overlapped = cfg.overlap or cfg.persistent
+    if overlapped and not (gluon_runs and staging != "swizzled" and overlap_fits(cfg, k)):
         if config is not None:
             raise ValueError(
-                f"{name}: {cfg} overlaps the promotion with the next MMA, which only the Gluon kernel does: it "
-                f"needs an sm_90 GPU with triton's Gluon dialect, e4m3fn operands, wgmma tiles (block_m >= 64) "
-                f"without split-K, an even number of 128-wide K blocks, and staging other than 'swizzled'; got K={k}, {fmt.name}, "
-                f"staging={staging!r}, {a.device}"
+                f"{name}: {cfg} overlaps the promotion with the next MMA, which only the Gluon kernels do: they "
+                f"need an sm_90 GPU with triton's Gluon dialect, e4m3fn operands, wgmma tiles (block_m >= 64) "
+                f"without split-K, an even number of 128-wide K blocks (persistent: at least stages - 1), and "
+                f"staging other than 'swizzled'; got K={k}, {fmt.name}, staging={staging!r}, {a.device}"
             )
-        cfg = replace(cfg, overlap=False)  # the heuristic's choice, where the Gluon kernel cannot run
-        use_gluon = shuffled and staging != "swizzled" and interleaved_runs
+        cfg = replace(cfg, overlap=False, persistent=False)  # the heuristic's choice, where it cannot run
+        overlapped = False
+    use_gluon = (shuffled and staging != "swizzled" and interleaved_runs) or overlapped
     stride_sm, stride_sk = (groups, 1) if scale_bytes == ScaleLayout.ROW_MAJOR else (1, m)
     if scale_bytes == ScaleLayout.COL_MAJOR_STRIDED:
         stride_sm, stride_sk = 1, m  # same bytes as COL_MAJOR
@@ -347,6 +385,15 @@ def triton_block_scaled_mm(
     # row stride (the Gluon one reads only shuffled weights: one contiguous buffer).
     buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
     strides = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)  # scales, out, partials
+    if cfg.persistent:
+        from ._gluon_persistent_gemm import persistent_gemm_kernel
+
+        programs = min(tiles, triton_env.sm_count(a.device) * persistent_programs_per_sm(cfg))
+        persistent_gemm_kernel[(programs,)](
+            *buffers[:5], m, n, k, w.shape[1] if shuffled else w.stride(0), a.stride(0), *strides[:5],
+            **persistent_constants(cfg, shuffled), num_warps=cfg.num_warps,
+        )  # fmt: skip
+        return out
     if use_gluon:
         from ._gluon_gemm import gluon_gemm_kernel
 
@@ -393,6 +440,14 @@ def gluon_constants(cfg: LaunchConfig, k: int, shuffled: bool = True) -> dict[st
     )
 
 
+def persistent_constants(cfg: LaunchConfig, shuffled: bool) -> dict[str, int | bool]:
+    """The compile-time arguments of the persistent Gluon kernel for a launch config."""
+    constants = gluon_constants(cfg, 0, shuffled)
+    for unused in ("OVERLAP", "SPLIT_K"):
+        del constants[unused]
+    return constants
+
+
 def autotune(
     m: int, n: int, k: int, device: torch.device | str = "cuda", fmt: Fp8Format = E4M3FN, shuffled: bool = False
 ) -> tuple[LaunchConfig, dict[str, float]]:
@@ -409,7 +464,8 @@ def autotune(
     dtype = fmt.dtype
     times: dict[str, float] = {}
     best: tuple[float, LaunchConfig] | None = None
-    for cfg in _candidates(m, n, k, triton_env.sm_count(device), fmt == E4M3FNUZ):
+    gluon = triton_env.hopper_gluon(device)
+    for cfg in _candidates(m, n, k, triton_env.sm_count(device), fmt == E4M3FNUZ, gluon):
         try:
             ms = triton.testing.do_bench(
                 lambda cfg=cfg: triton_block_scaled_mm(
@@ -428,9 +484,14 @@ def autotune(
     return best[1], times
 
 
-def _candidates(m: int, n: int, k: int, sms: int, fnuz: bool) -> list[LaunchConfig]:
-    base = _heuristic(m, n, k, sms, fnuz)
+def _candidates(m: int, n: int, k: int, sms: int, fnuz: bool, gluon: bool = False) -> list[LaunchConfig]:
+    base = _heuristic(m, n, k, sms, fnuz, gluon)
     found = [base]
+    if gluon and not fnuz:  # the Gluon kernels' overlapped loops, where they can run
+        for flag in ("overlap", "persistent"):
+            cfg = LaunchConfig(128, 128, 8, 4, **{flag: True})
+            if m >= 64 and overlap_fits(cfg, k) and cfg not in found:
+                found.append(cfg)
     shapes = [(16, 32), (16, 64), (16, 128), (32, 64), (64, 64), (64, 128), (128, 64), (128, 128), (256, 128)]
     for bm, bn in shapes:
         if bm > 2 * max(16, m):

@@ -16,7 +16,13 @@ import subprocess
 
 import pytest
 
-from mla_debug.kernels.triton_gemm import LaunchConfig, gluon_constants, gluon_fits, overlap_fits
+from mla_debug.kernels.triton_gemm import (
+    LaunchConfig,
+    gluon_constants,
+    gluon_fits,
+    overlap_fits,
+    persistent_constants,
+)
 
 triton = pytest.importorskip("triton")
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper", reason="this triton has no Gluon")
@@ -35,17 +41,25 @@ SCALARS = ("M", "N", "K", "KP", "stride_am", "stride_sm", "stride_sk", "stride_w
 
 
 def compile_for_hopper(cfg: LaunchConfig, shuffled: bool = True, k: int = 7168):
+    """The kernel the launcher runs for `cfg` (persistent or not), compiled for sm_90a with the launcher's
+    compile-time arguments and the alignments torch's allocations give."""
     from triton.backends.compiler import GPUTarget
 
     from mla_debug.kernels._gluon_gemm import gluon_gemm_kernel
+    from mla_debug.kernels._gluon_persistent_gemm import persistent_gemm_kernel
 
-    signature = dict(POINTERS, **{name: "i32" for name in SCALARS}, stride_split="i32")
-    constexprs = gluon_constants(cfg, k, shuffled)
+    if cfg.persistent:
+        kernel, constexprs = persistent_gemm_kernel, persistent_constants(cfg, shuffled)
+        pointers, extra = {name: POINTERS[name] for name in list(POINTERS)[:5]}, {}
+    else:
+        kernel, constexprs = gluon_gemm_kernel, gluon_constants(cfg, k, shuffled)
+        pointers, extra = POINTERS, {"stride_split": "i32"}
+    signature = dict(pointers, **{name: "i32" for name in SCALARS}, **extra)
     signature.update({name: "constexpr" for name in constexprs})
     names = list(signature)
-    aligned = [names.index(n) for n in (*POINTERS, "N", "K", "KP", "stride_am", "stride_om", "stride_split")]
+    aligned = [names.index(n) for n in (*pointers, "N", "K", "KP", "stride_am", "stride_om", *extra)]
     attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-    source = runtime.GluonASTSource(fn=gluon_gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    source = runtime.GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg.num_warps))
 
 
@@ -79,19 +93,24 @@ def test_tiles_the_copies_do_not_cover_are_left_to_the_triton_kernel():
     assert gluon_fits(LaunchConfig(16, 32, 4, 4))
 
 
-OVERLAPPED = [LaunchConfig(128, 128, 8, 4, 8, 1, overlap=True), LaunchConfig(64, 128, 4, 4, 8, 1, overlap=True)]
+OVERLAPPED = [
+    LaunchConfig(128, 128, 8, 4, overlap=True),
+    LaunchConfig(64, 128, 4, 4, overlap=True),
+    LaunchConfig(128, 128, 8, 4, persistent=True),
+    LaunchConfig(64, 128, 4, 4, persistent=True),
+]
 
 
 @pytest.mark.parametrize("shuffled", [True, False], ids=["shuffled", "plain"])
 @pytest.mark.parametrize("cfg", OVERLAPPED, ids=str)
 def test_overlapped_loop_keeps_its_mmas_asynchronous(cfg, shuffled, tmp_path):
     """Two products in turn, one promoted under the other's MMA: ptxas must neither serialize the wgmmas
-    nor inject waits (either would put the promotion back on the tensor cores' path), nor spill."""
+    nor inject waits (either would put the promotion back on the tensor cores' path), nor spill (the
+    persistent kernel's copy state is kept to scalars for that)."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     kernel = compile_for_hopper(cfg, shuffled)
     ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
-    assert "OVERLAP" not in ttgir  # (constants are folded in)
     assert re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir) or not shuffled
     if not shuffled:  # a plain weight tile in the 128-byte swizzle, like the activation tile
         assert not re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir)

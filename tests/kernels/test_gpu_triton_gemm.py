@@ -9,6 +9,8 @@ forgot to write shows up.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from helpers import accumulation_bound, assert_within_accumulation_bound, random_tokens, random_weight
@@ -166,6 +168,70 @@ def test_both_stagings_of_a_preshuffled_weight_give_the_plain_kernels_bytes(conf
     )
     assert torch.isfinite(plain).all()
     assert torch.equal(outs["interleaved"], plain) and torch.equal(outs["swizzled"], plain)
+
+
+OVERLAPPED_CONFIGS = [
+    LaunchConfig(128, 128, 8, 4, overlap=True),
+    LaunchConfig(64, 128, 4, 4, overlap=True),
+    LaunchConfig(128, 128, 8, 4, persistent=True),
+    LaunchConfig(64, 128, 4, 4, persistent=True),
+    LaunchConfig(128, 128, 8, 3, 8, 1, stagger=False, persistent=True),
+]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or not _triton_env.hopper_gluon(torch.device("cuda")),
+    reason="the overlapped loop (Gluon kernels) runs on sm_90 GPUs",
+)
+@pytest.mark.parametrize("config", OVERLAPPED_CONFIGS, ids=str)
+@pytest.mark.parametrize("n,k,m", [(2112, 7168, 300), (4096, 512, 3000), (3072, 1536, 1000), (256, 512, 1)])
+def test_overlapped_loops_give_the_triton_kernels_bytes(config, n, k, m, gen):
+    # Partial row tiles (M = 300, 1000, 3000) and column tiles (N = 2112); 3000 x 4096 is 768 tiles of
+    # 128 x 128, so a persistent program runs several, its copies crossing from tile to tile; M = 1 is one.
+    weight = on_cuda(random_weight(n, k, gen))
+    shuffled = weight.shuffled((16, 16), by="test")
+    qa = md.quantize_groups(random_tokens(m, k, gen).cuda())
+    col = qa.presented_as("col_major")
+    triton_config = replace(config, overlap=False, persistent=False)
+    poison_allocator()
+    expected = triton_block_scaled_mm(
+        qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, k, config=triton_config
+    )
+    assert torch.isfinite(expected).all()
+    poison_allocator()
+    plain = triton_block_scaled_mm(
+        qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, k, config=config
+    )
+    poison_allocator()
+    preshuffled = triton_block_scaled_mm(
+        col.data, col.scale, md.ScaleLayout.COL_MAJOR, shuffled.data, shuffled.scale, k, shuffled=True, config=config
+    )
+    assert torch.equal(plain, expected) and torch.equal(preshuffled, expected)
+
+
+def test_the_heuristic_overlaps_at_large_m_with_the_same_bytes(gen):
+    device = torch.device("cuda")
+    config = launch_config(4096, 4096, 512, device)
+    expect_gluon = _triton_env.hopper_gluon(device)
+    assert config.persistent == expect_gluon and launch_config(4096, 2112, 7168, device).overlap == expect_gluon
+    weight = on_cuda(random_weight(4096, 512, gen))
+    qa = md.quantize_groups(random_tokens(2500, 512, gen).cuda())
+    plain = replace(launch_config(2500, 4096, 512, device), overlap=False, persistent=False)
+    expected = triton_block_scaled_mm(
+        qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 512, config=plain
+    )
+    out = triton_block_scaled_mm(qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 512)
+    assert torch.equal(out, expected)
+
+
+def test_an_explicit_overlapped_config_it_cannot_run_is_refused(gen):
+    weight = on_cuda(random_weight(256, 640, gen))  # 5 K blocks: the pairs need an even count
+    qa = md.quantize_groups(random_tokens(4, 640, gen).cuda())
+    with pytest.raises(ValueError, match="overlaps the promotion with the next MMA.*even number"):
+        triton_block_scaled_mm(
+            qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 640,
+            config=LaunchConfig(128, 128, 8, 4, overlap=True),
+        )  # fmt: skip
 
 
 def test_interleaved_staging_refuses_what_it_cannot_run(gen):

@@ -10,7 +10,15 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mla_debug.kernels.triton_gemm import BLOCK, _candidates, _heuristic, interleaved_stage_bytes, interleaved_stages
+from mla_debug.kernels.triton_gemm import (
+    BLOCK,
+    _candidates,
+    _heuristic,
+    gluon_fits,
+    interleaved_stage_bytes,
+    interleaved_stages,
+    overlap_fits,
+)
 
 sizes = dict(
     m=st.integers(1, 1 << 16),
@@ -22,13 +30,36 @@ sizes = dict(
 
 
 @settings(max_examples=200, deadline=None)
-@given(**sizes)
-def test_every_config_that_can_be_picked_fits_the_kernel(m, n, k, sms, fnuz):
-    for cfg in _candidates(m, n, k, sms, fnuz):
+@given(**sizes, gluon=st.booleans())
+def test_every_config_that_can_be_picked_fits_the_kernel(m, n, k, sms, fnuz, gluon):
+    for cfg in _candidates(m, n, k, sms, fnuz, gluon):
         # the kernel's rules: one weight-scale block per tile, wgmma-sized row tiles, and every split
         # has K blocks to sum (an empty split would only add zeros)
         assert BLOCK % cfg.block_n == 0 and cfg.block_m >= 16 and cfg.num_warps in (4, 8)
         assert cfg.split_k <= k // BLOCK
+        # the overlapped loops only where the Gluon kernels run them: e4m3fn on sm_90, wgmma tiles, one K
+        # range, an even block count (persistent: at least stages - 1 blocks)
+        if cfg.overlap or cfg.persistent:
+            assert gluon and not fnuz and overlap_fits(cfg, k) and gluon_fits(cfg, shuffled=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(**sizes)
+def test_large_m_overlaps_where_the_gluon_kernels_run(m, n, k, sms, fnuz):
+    """The measured rules (_overlapped): from M = 1024, the persistent kernel over 3-4 K blocks; the
+    overlapped loop above M = 1024, or over 64+ blocks; 128 x 128 tiles; nothing changes without Gluon."""
+    plain = _heuristic(m, n, k, sms, fnuz, False)
+    cfg = _heuristic(m, n, k, sms, fnuz, True)
+    assert not (plain.overlap or plain.persistent)
+    k_blocks = k // BLOCK
+    if fnuz or m < 1024 or k_blocks % 2:
+        assert cfg == plain
+    elif k_blocks == 4:
+        assert cfg.persistent and (cfg.block_m, cfg.block_n, cfg.num_warps) == (128, 128, 8)
+    elif m > 1024 or k_blocks >= 64:
+        assert cfg.overlap and not cfg.persistent and (cfg.block_m, cfg.block_n) == (128, 128)
+    else:
+        assert cfg == plain
 
 
 @settings(max_examples=200, deadline=None)

@@ -156,3 +156,19 @@ def test_the_staging_of_a_preshuffled_weight_is_checked(gen):
         triton_block_scaled_mm(*args, shuffled=True, staging="interleaved")
     auto = triton_block_scaled_mm(*args, shuffled=True)
     assert torch.equal(auto, triton_block_scaled_mm(*args, shuffled=True, staging="swizzled"))
+
+
+@pytest.mark.parametrize("flag", ["overlap", "persistent"])
+def test_an_overlapped_config_is_refused_where_the_gluon_kernels_cannot_run(flag, gen):
+    weight = random_weight(N, K, gen)
+    qa = md.quantize_groups(random_tokens(2, K, gen), 128)
+    config = LaunchConfig(64, 32, 4, 4, **{flag: True})
+    with pytest.raises(ValueError, match=rf"q_b_proj: BM64-BN32-w4-s4-g8-sk1-{flag} overlaps .* an sm_90 GPU"):
+        triton_block_scaled_mm(
+            qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, K, config=config, name="q_b_proj"
+        )
+    # Without the flag the same tiles run through the Triton kernel.
+    plain = triton_block_scaled_mm(
+        qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, K, config=LaunchConfig(64, 32, 4, 4)
+    )
+    assert torch.isfinite(plain).all()
