@@ -1,7 +1,7 @@
 """Promotion overlapped with the next block's MMA (the Gluon kernels' overlapped loop), timed at large M.
 
   PYTHONPATH=. python3 benchmarks/gemm_overlap_probe.py [--cases 7168x16384:4096,...] [--stages 4,5]
-      [--tiles 128x128,64x128] [--kernels overlap,persistent,tma]
+      [--tiles 128x128,64x128] [--kernels overlap,persistent]
 
 Each K block's fp32 product must be scaled into the accumulator before the next block's product lands
 in the same registers; the plain kernels wait for every MMA and then promote, so the tensor cores idle
@@ -12,9 +12,8 @@ the plain Triton kernel's for the same tiles, which this checks before timing an
 For each case, with gemm_bench's L2-flushed timer: the plain Triton kernel at the heuristic's config,
 cuBLAS blockwise, the launcher's default for the preshuffled weight, and the overlapped loop for the
 plain and the preshuffled weight at each stage count, tile shape (128 x 128 with 8 warps, 64 x 128 with
-4) and kernel listed: "overlap", one program per tile (LaunchConfig.overlap); "persistent", one
-program per SM running its copy pipeline on across its tiles (LaunchConfig.persistent); "tma", one
-program per tile with the tiles copied by the tensor memory accelerator (LaunchConfig.tma). Ratios are to
+4) and kernel listed: "overlap", one program per tile (LaunchConfig.overlap), and "persistent", one
+program per SM running its copy pipeline on across its tiles (LaunchConfig.persistent). Ratios are to
 cuBLAS.
 """
 
@@ -38,7 +37,7 @@ def main() -> None:
     parser.add_argument("--cases", default=None, help="NxK:M,... instead of the built-in list")
     parser.add_argument("--stages", default="4,5")
     parser.add_argument("--tiles", default=",".join(TILES), help=f"tile shapes among {', '.join(TILES)}")
-    parser.add_argument("--kernels", default="overlap,persistent,tma", help="among overlap, persistent, tma")
+    parser.add_argument("--kernels", default="overlap,persistent", help="among overlap, persistent")
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args()
     cases = parse_cases(args.cases) if args.cases else CASES
@@ -50,8 +49,8 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; medians of {args.reps} L2-flushed calls")
     print("TFLOP/s; each overlapped run checked bitwise against the plain Triton kernel with its tiles\n")
     kernels = args.kernels.split(",")
-    if not set(kernels) <= {"overlap", "persistent", "tma"}:
-        raise SystemExit(f"--kernels: {args.kernels!r}: choose among overlap, persistent, tma")
+    if not set(kernels) <= {"overlap", "persistent"}:
+        raise SystemExit(f"--kernels: {args.kernels!r}: choose among overlap, persistent")
     variants = [
         (bm, bn, w, s, kernel, sh) for kernel in kernels for bm, bn, w in tiles for s in depths for sh in (False, True)
     ]
@@ -92,7 +91,7 @@ def main() -> None:
             config = LaunchConfig(bm, bn, warps, stages, cfg.group_m, 1, **{kernel: True})
             key = (bm, bn, warps)
             if key not in references:
-                references[key] = plain(replace(config, overlap=False, persistent=False, tma=False, num_stages=3))
+                references[key] = plain(replace(config, overlap=False, persistent=False, num_stages=3))
             run = preshuffled if is_shuffled else plain
             try:
                 out = run(config)

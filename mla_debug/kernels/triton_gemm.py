@@ -43,8 +43,6 @@ class LaunchConfig:
     # The same loop in a persistent grid, one program per SM running its copy pipeline on across its tiles
     # (see _gluon_persistent_gemm). Changes no arithmetic.
     persistent: bool = False
-    # The same loop with the tiles copied by the tensor memory accelerator (see _gluon_tma_gemm).
-    tma: bool = False
 
     def __str__(self) -> str:
         return (
@@ -52,7 +50,6 @@ class LaunchConfig:
             + ("" if self.stagger else "-nostagger")
             + ("-overlap" if self.overlap else "")
             + ("-persistent" if self.persistent else "")
-            + ("-tma" if self.tma else "")
         )
 
 
@@ -304,31 +301,6 @@ def overlap_fits(cfg: LaunchConfig, k: int) -> bool:
     return cfg.block_m >= 64 and cfg.split_k == 1 and k_blocks % 2 == 0 and k_blocks >= 2 and enough
 
 
-def tma_fits(a: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether the tensor memory accelerator can copy tiles of `a` and `w`: 16-byte aligned starts and row
-    strides (a row-parallel shard's view may start anywhere)."""
-    return all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in (a, w))
-
-
-def tma_descriptors(a: torch.Tensor, w: torch.Tensor, cfg: LaunchConfig, k: int, shuffled: bool):
-    """TMA descriptors of the activation tile and the weight tile. A preshuffled weight is described in 4-D
-    - (K chunk, 16-row band, row, byte), strides (256, 16 x KP, 16, 1) - so that its box lands chunk-major,
-    the unswizzled layout the kernel's wgmma reads (see _gluon_tma_gemm); the rest 128-byte swizzled."""
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    swizzled = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
-    a_desc = TensorDescriptor(a, [a.shape[0], k], [a.stride(0), 1], [cfg.block_m, BLOCK], swizzled)
-    n = w.shape[0]
-    if shuffled:
-        interleaved = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=4)
-        shape, strides = [k // 16, n // 16, 16, 16], [256, 16 * w.shape[1], 16, 1]
-        w_desc = TensorDescriptor(w, shape, strides, [BLOCK // 16, cfg.block_n // 16, 16, 16], interleaved)
-    else:
-        w_desc = TensorDescriptor(w, [n, k], [w.stride(0), 1], [cfg.block_n, BLOCK], swizzled)
-    return a_desc, w_desc
-
-
 def persistent_programs_per_sm(cfg: LaunchConfig) -> int:
     """Programs of the persistent kernel an SM holds at once: its overlapped loop keeps the accumulator and
     two products, 230-255 registers per thread, so one program of 8 warps or two of 4 (65536 registers)."""
@@ -381,18 +353,16 @@ def triton_block_scaled_mm(
             f"dialect and a tile its copies cover (block_m >= 4 x warps, at most 4 warps along K); "
             f"got shuffled={shuffled}, {fmt.name}, {cfg}, {a.device}"
         )
-    overlapped = cfg.overlap or cfg.persistent or cfg.tma
-    tma_runs = not cfg.tma or tma_fits(a, w)
-    if overlapped and not (gluon_runs and staging != "swizzled" and overlap_fits(cfg, k) and tma_runs):
+    overlapped = cfg.overlap or cfg.persistent
+    if overlapped and not (gluon_runs and staging != "swizzled" and overlap_fits(cfg, k)):
         if config is not None:
             raise ValueError(
                 f"{name}: {cfg} overlaps the promotion with the next MMA, which only the Gluon kernels do: they "
                 f"need an sm_90 GPU with triton's Gluon dialect, e4m3fn operands, wgmma tiles (block_m >= 64) "
-                f"without split-K, an even number of 128-wide K blocks (persistent: at least stages - 1), "
-                f"staging other than 'swizzled', and for TMA copies 16-byte aligned operands and row strides; got "
-                f"K={k}, {fmt.name}, staging={staging!r}, {a.device}"
+                f"without split-K, an even number of 128-wide K blocks (persistent: at least stages - 1), and "
+                f"staging other than 'swizzled'; got K={k}, {fmt.name}, staging={staging!r}, {a.device}"
             )
-        cfg = replace(cfg, overlap=False, persistent=False, tma=False)  # the heuristic's, where it cannot run
+        cfg = replace(cfg, overlap=False, persistent=False)  # the heuristic's choice, where it cannot run
         overlapped = False
     use_gluon = (shuffled and staging != "swizzled" and interleaved_runs) or overlapped
     stride_sm, stride_sk = (groups, 1) if scale_bytes == ScaleLayout.ROW_MAJOR else (1, m)
@@ -415,16 +385,6 @@ def triton_block_scaled_mm(
     # row stride (the Gluon one reads only shuffled weights: one contiguous buffer).
     buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
     strides = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)  # scales, out, partials
-    if cfg.tma:
-        from ._gluon_tma_gemm import tma_gemm_kernel
-
-        a_desc, w_desc = tma_descriptors(a.view(operand), w.view(operand), cfg, k, shuffled)
-        tma_gemm_kernel[(tiles,)](
-            a_desc, a_scale, w_desc, w_scale, out, m, n, k, *strides[:5],
-            SHUFFLED=shuffled, STAGGER=cfg.stagger, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-            GROUP_M=cfg.group_m, STAGES=cfg.num_stages, num_warps=cfg.num_warps,
-        )  # fmt: skip
-        return out
     if cfg.persistent:
         from ._gluon_persistent_gemm import persistent_gemm_kernel
 

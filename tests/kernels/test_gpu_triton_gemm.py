@@ -176,9 +176,6 @@ OVERLAPPED_CONFIGS = [
     LaunchConfig(128, 128, 8, 4, persistent=True),
     LaunchConfig(64, 128, 4, 4, persistent=True),
     LaunchConfig(128, 128, 8, 3, 8, 1, stagger=False, persistent=True),
-    LaunchConfig(128, 128, 8, 4, tma=True),
-    LaunchConfig(64, 128, 4, 6, tma=True),
-    LaunchConfig(128, 128, 8, 3, 8, 1, stagger=False, tma=True),
 ]
 
 
@@ -195,7 +192,7 @@ def test_overlapped_loops_give_the_triton_kernels_bytes(config, n, k, m, gen):
     shuffled = weight.shuffled((16, 16), by="test")
     qa = md.quantize_groups(random_tokens(m, k, gen).cuda())
     col = qa.presented_as("col_major")
-    triton_config = replace(config, overlap=False, persistent=False, tma=False)
+    triton_config = replace(config, overlap=False, persistent=False)
     poison_allocator()
     expected = triton_block_scaled_mm(
         qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, k, config=triton_config
@@ -219,7 +216,7 @@ def test_the_heuristic_overlaps_at_large_m_with_the_same_bytes(gen):
     assert config.persistent == expect_gluon and launch_config(4096, 2112, 7168, device).overlap == expect_gluon
     weight = on_cuda(random_weight(4096, 512, gen))
     qa = md.quantize_groups(random_tokens(2500, 512, gen).cuda())
-    plain = replace(launch_config(2500, 4096, 512, device), overlap=False, persistent=False, tma=False)
+    plain = replace(launch_config(2500, 4096, 512, device), overlap=False, persistent=False)
     expected = triton_block_scaled_mm(
         qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 512, config=plain
     )
