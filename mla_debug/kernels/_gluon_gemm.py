@@ -1,19 +1,23 @@
-"""The preshuffled block-scaled FP8 GEMM for Hopper, in Triton's Gluon dialect (imported only when it runs).
+"""The block-scaled FP8 GEMM for Hopper in Triton's Gluon dialect (imported only when it runs).
 
-Same contract, same arithmetic and same bytes as ``block_scaled_gemm_kernel`` with SHUFFLED (e4m3fn
-operands): per 128-wide K block an fp32 product of raw fp8 values, times ``x_scale * w_scale``, added to an
-fp32 accumulator, bf16 once at the end; split-K reduced in the launch in split order.
+Same contract, same arithmetic and same bytes as ``block_scaled_gemm_kernel`` (e4m3fn operands): per
+128-wide K block an fp32 product of raw fp8 values, times ``x_scale * w_scale``, added to an fp32
+accumulator, bf16 once at the end; split-K reduced in the launch in split order. It serves two purposes.
 
-Why a second kernel: where a copy lands in shared memory. In the (16, 16) preshuffled order a 32-byte
-sector of the weight holds two weight ROWS (n, n + 1) of one 16-byte K chunk. Triton's kernel stages the
-weight tile in the 128-byte-swizzled layout it picks for every fp8 MMA operand, where rows n and n + 1
-are 128 bytes apart, so every 16-byte copy of the weight becomes a request of its own and fetches a
-whole 32-byte sector for half of it: an H200's counters show 2x the weight bytes crossing from L2 and 7x
-the requests, and the kernel runs at 0.35-0.75 of the plain one. Here the weight tile is staged
+A preshuffled weight (SHUFFLED): where a copy lands in shared memory. In the (16, 16) preshuffled order a
+32-byte sector of the weight holds two weight ROWS (n, n + 1) of one 16-byte K chunk. Triton's kernel
+stages the weight tile in the 128-byte-swizzled layout it picks for every fp8 MMA operand, where rows n
+and n + 1 are 128 bytes apart, so every 16-byte copy of the weight becomes a request of its own and
+fetches a whole 32-byte sector for half of it: an H200's counters show 2x the weight bytes crossing from
+L2 and 7x the requests, and the kernel runs at 0.35-0.75 of the plain one. Here the weight tile is staged
 unswizzled, chunk-major (``NVMMASharedLayout`` with no swizzle: row n of K chunk c at byte
 ``(c * BLOCK_N + n) * 16``, the MMA's own "interleaved" core-matrix layout), so each sector lands in 32
 contiguous bytes and a 16-row band's 256-byte chunk in 256 contiguous bytes, read by the tensor cores as
-it is.
+it is. (A plain weight is staged 128-byte swizzled, as Triton does.)
+
+Large M, either weight (OVERLAP): Triton waits for each block's MMA and then promotes it (scales it into
+the accumulator), so the tensor cores idle while the CUDA cores multiply-add. The overlapped loop
+multiplies the blocks into two register tiles in turn and promotes one while the other's MMA runs.
 
 Tiles of 64 or more rows multiply with wgmma (fp8 operands from shared memory), tiles of 16 rows with
 mma.sync on fp16 copies of the fp8 values, each exactly as Triton compiles ``tl.dot`` for the plain
