@@ -73,18 +73,10 @@ def gluon_gemm_kernel(
 
     gl.static_assert(not OVERLAP or (WGMMA and SPLIT_K == 1), "overlapped promotion: wgmma tiles, no split-K")
 
-    # Register layouts of the copies: A rows of 128 bytes, 8 lanes per row (a plain weight the same); a
-    # shuffled weight by 16-row bands, 16 lanes over a band's 256-byte chunk, so a warp copies 512
-    # contiguous bytes.
-    a_copy: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [NUM_WARPS, 1], [1, 0])
-    if SHUFFLED:
-        w_copy: gl.constexpr = gl.BlockedLayout([1, 16], [16, 2], [W_WARPS_N, NUM_WARPS // W_WARPS_N], [0, 1])
-        w_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
-        w_shape: gl.constexpr = [STAGES, BLOCK_K // 16, BLOCK_N, 16]
-    else:
-        w_copy: gl.constexpr = a_copy
-        w_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
-        w_shape: gl.constexpr = [STAGES, BLOCK_N, BLOCK_K]
+    a_copy: gl.constexpr = activation_copy_layout(NUM_WARPS)
+    w_copy: gl.constexpr = weight_copy_layout(SHUFFLED, NUM_WARPS, W_WARPS_N)
+    w_smem: gl.constexpr = weight_smem_layout(SHUFFLED)
+    w_shape: gl.constexpr = weight_buffer_shape(SHUFFLED, STAGES, BLOCK_N)
     # The per-block scales ride the same pipeline: one 4-byte copy per row (rows_copy covers BLOCK_M).
     rows_copy: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
     scale_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
@@ -245,6 +237,36 @@ def gluon_gemm_kernel(
                     partial_ptr + other * stride_split + out_offs, mask=mask, other=0.0, cache_modifier=".cg"
                 )
             gl.store(out_ptr + out_offs, total.to(gl.bfloat16), mask=mask)
+
+
+@gluon.constexpr_function
+def activation_copy_layout(num_warps):
+    """Register layout of the activation tile's copies: rows of 128 bytes, 8 lanes of 16 bytes per row."""
+    return gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def weight_copy_layout(shuffled, num_warps, w_warps_n):
+    """Register layout of the weight tile's copies: a plain weight's rows as the activation's; a shuffled
+    weight by 16-row bands, 16 lanes over a band's 256-byte chunk, so a warp copies 512 contiguous bytes."""
+    if not shuffled:
+        return activation_copy_layout(num_warps)
+    return gl.BlockedLayout([1, 16], [16, 2], [w_warps_n, num_warps // w_warps_n], [0, 1])
+
+
+@gluon.constexpr_function
+def weight_smem_layout(shuffled):
+    """Shared layout of a weight tile: a shuffled one unswizzled and chunk-major (see the module
+    docstring), a plain one 128-byte swizzled."""
+    if shuffled:
+        return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
+    return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+
+
+@gluon.constexpr_function
+def weight_buffer_shape(shuffled, stages, block_n):
+    """The weight buffer's shape: STAGES tiles, [K chunk, row, 16 bytes] if shuffled, else [row, K]."""
+    return [stages, 8, block_n, 16] if shuffled else [stages, block_n, 128]
 
 
 @gluon.jit

@@ -19,7 +19,18 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
 
-from ._gluon_gemm import _barrier, _copy, _weight_tile, block_scale, store_tile, tile_coordinates
+from ._gluon_gemm import (
+    _barrier,
+    _copy,
+    _weight_tile,
+    activation_copy_layout,
+    block_scale,
+    store_tile,
+    tile_coordinates,
+    weight_buffer_shape,
+    weight_copy_layout,
+    weight_smem_layout,
+)
 
 
 @gluon.jit
@@ -53,15 +64,10 @@ def persistent_gemm_kernel(
     gl.static_assert(STAGES >= 2, "one block landing while one multiplies")
 
     # Shared-memory and copy layouts as in gluon_gemm_kernel.
-    a_copy: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [NUM_WARPS, 1], [1, 0])
-    if SHUFFLED:
-        w_copy: gl.constexpr = gl.BlockedLayout([1, 16], [16, 2], [W_WARPS_N, NUM_WARPS // W_WARPS_N], [0, 1])
-        w_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
-        w_shape: gl.constexpr = [STAGES, BLOCK_K // 16, BLOCK_N, 16]
-    else:
-        w_copy: gl.constexpr = a_copy
-        w_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
-        w_shape: gl.constexpr = [STAGES, BLOCK_N, BLOCK_K]
+    a_copy: gl.constexpr = activation_copy_layout(NUM_WARPS)
+    w_copy: gl.constexpr = weight_copy_layout(SHUFFLED, NUM_WARPS, W_WARPS_N)
+    w_smem: gl.constexpr = weight_smem_layout(SHUFFLED)
+    w_shape: gl.constexpr = weight_buffer_shape(SHUFFLED, STAGES, BLOCK_N)
     rows_copy: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
     scale_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     a_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
