@@ -137,9 +137,9 @@ def _overlapped(cfg: LaunchConfig, m: int, k: int) -> LaunchConfig:
     128 tiles (8 warps, 4 stages), the same MMA and multiply-add order, so the same bytes.
 
     From benchmarks/gemm_overlap_probe.py on an H200 (RESULTS.md), plain weight, against the Triton
-    kernel's tiles: above M = 1024, 1.12-1.22x (24576x1536 M = 4096: 821 against 689 TFLOP/s); over K = 512
+    kernel's tiles: above M = 1024, 1.14-1.22x (24576x1536 M = 4096: 821 against 689 TFLOP/s); over K = 512
     (4 blocks) from M = 1024 the persistent kernel, whose next tile's first copies land while a tile
-    finishes (32768x512 M = 8192: 619 against 487 one program per tile; it ran 5-25% slower than that over
+    finishes (32768x512 M = 8192: 619 against 487 one program per tile; it ran 2-24% slower than that over
     longer K); at M = 1024 otherwise only over long K (7168x16384, 128 blocks: 858 against 780), the
     64 x 128 tiles being as fast or faster elsewhere (3072x1536: 499 against 470)."""
     k_blocks = k // BLOCK
@@ -386,8 +386,10 @@ def triton_block_scaled_mm(
 
     # e4m3fn goes in as fp8 (tensor cores read it directly); e4m3fnuz as bytes the kernel decodes.
     operand = torch.uint8 if fnuz else torch.float8_e4m3fn
-    # The raw buffers and sizes both kernels take, in their order; the Triton kernel also takes the weight's
-    # row stride (the Gluon one reads only shuffled weights: one contiguous buffer).
+    # The raw buffers and sizes the kernels take, in their order. KP is a shuffled weight's padded row
+    # length; the Gluon kernels take a plain weight's row stride in its place (the Triton kernel takes it
+    # as well, separately).
+    kp = w.shape[1] if shuffled else w.stride(0)
     buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
     strides = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)  # scales, out, partials
     if cfg.persistent:
@@ -395,7 +397,7 @@ def triton_block_scaled_mm(
 
         programs = min(tiles, triton_env.sm_count(a.device) * persistent_programs_per_sm(cfg))
         persistent_gemm_kernel[(programs,)](
-            *buffers[:5], m, n, k, w.shape[1] if shuffled else w.stride(0), a.stride(0), *strides[:5],
+            *buffers[:5], m, n, k, kp, a.stride(0), *strides[:5],
             **persistent_constants(cfg, shuffled), num_warps=cfg.num_warps,
         )  # fmt: skip
         return out
@@ -404,9 +406,8 @@ def triton_block_scaled_mm(
 
         if shuffled and config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
             cfg = interleaved_stages(cfg, m, n, k, triton_env.sm_count(a.device))
-        # KP: the shuffled weight's padded row length, or the plain weight's row stride.
         gluon_gemm_kernel[(tiles, cfg.split_k)](
-            *buffers[:-1], w.shape[1] if shuffled else w.stride(0), a.stride(0), *strides,
+            *buffers[:-1], kp, a.stride(0), *strides,
             **gluon_constants(cfg, k, shuffled), num_warps=cfg.num_warps,
         )  # fmt: skip
         return out
