@@ -203,6 +203,28 @@ def interleaved_stages(cfg: LaunchConfig, m: int, n: int, k: int, sms: int) -> L
     return replace(cfg, num_stages=stages)
 
 
+@functools.lru_cache(maxsize=4096)
+def interleaved_config(cfg: LaunchConfig, m: int, n: int, k: int, sms: int) -> LaunchConfig:
+    """The heuristic's config as the interleaved (Gluon) kernel runs a preshuffled weight best: its own
+    depth (`interleaved_stages`), or, for 64-row tiles over 16+ K blocks at 64 < M <= 1024, the overlapped
+    loop at 4 stages where its grid (two programs per SM, by registers) takes no more waves than at that
+    depth. Neither changes the arithmetic: the bytes stay the plain kernel's.
+
+    Measured on an H200 (benchmarks/gemm_overlap_probe.py, RESULTS.md; TFLOP/s, overlapped against the
+    depth rule, the plain Triton kernel in brackets): 7168x16384 M = 256 791 against 693 (749), 7168x2048
+    M = 256 504 against 463 (507), M = 1024 672 against 633 (669), 2112x7168 M = 256 256 against 236 (266);
+    2112x7168 M = 1024, 272 tiles, two waves of two per SM against one of three, 508 against 523 (551), and
+    24576x1536 M = 256 (12 blocks) 612 against 639."""
+    deep = interleaved_stages(cfg, m, n, k, sms)
+    overlapped = replace(cfg, overlap=True, num_stages=4)
+    if cfg.block_m != 64 or not 64 < m <= 1024 or k // BLOCK < 16 or not overlap_fits(overlapped, k):
+        return deep
+    programs = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    if -(-programs // (2 * sms)) <= _waves(programs, sms, interleaved_stage_bytes(deep), deep.num_stages):
+        return overlapped
+    return deep
+
+
 def _slots(programs: int, sms: int, stage_bytes: int, stages: int) -> int:
     """Program slots a grid occupies, its last wave counted whole, when shared memory bounds the programs
     per SM."""
@@ -405,7 +427,7 @@ def triton_block_scaled_mm(
         from ._gluon_gemm import gluon_gemm_kernel
 
         if shuffled and config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
-            cfg = interleaved_stages(cfg, m, n, k, triton_env.sm_count(a.device))
+            cfg = interleaved_config(cfg, m, n, k, triton_env.sm_count(a.device))
         gluon_gemm_kernel[(tiles, cfg.split_k)](
             *buffers[:-1], kp, a.stride(0), *strides,
             **gluon_constants(cfg, k, shuffled), num_warps=cfg.num_warps,

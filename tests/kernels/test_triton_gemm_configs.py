@@ -15,6 +15,7 @@ from mla_debug.kernels.triton_gemm import (
     _candidates,
     _heuristic,
     gluon_fits,
+    interleaved_config,
     interleaved_stage_bytes,
     interleaved_stages,
     overlap_fits,
@@ -131,6 +132,39 @@ def test_the_interleaved_kernel_only_deepens_or_shallows_the_pipeline(m, n, k, s
         assert (cfg.num_stages == 4) == (slots[4] <= 0.75 * slots[3] or (slots[4] < slots[3] and long_k))
     else:
         assert cfg == base
+
+
+@settings(max_examples=200, deadline=None)
+@given(**sizes)
+def test_the_preshuffled_weight_overlaps_only_where_measured(m, n, k, sms, fnuz):
+    """interleaved_config: the depth rule, or the overlapped loop (4 stages) for 64-row tiles over 16+ K
+    blocks at 64 < M <= 1024 where its grid takes no more waves - the tiles never change."""
+    base = _heuristic(m, n, k, sms, fnuz, not fnuz)
+    cfg = interleaved_config(base, m, n, k, sms)
+    deep = interleaved_stages(base, m, n, k, sms)
+    assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == (
+        base.block_m,
+        base.block_n,
+        base.num_warps,
+        base.split_k,
+    )
+    if cfg == deep:
+        return
+    assert cfg == dataclasses.replace(base, overlap=True, num_stages=4)
+    assert base.block_m == 64 and 64 < m <= 1024 and k // BLOCK >= 16 and (k // BLOCK) % 2 == 0
+    programs = -(-m // 64) * -(-n // base.block_n)
+    per_sm = 228 * 1024 // (deep.num_stages * interleaved_stage_bytes(deep) + 1024)
+    assert -(-programs // (2 * sms)) <= -(-programs // (sms * per_sm))
+
+
+def test_the_measured_preshuffled_cases_take_the_overlapped_loop():
+    def pick(m, n, k):
+        return interleaved_config(_heuristic(m, n, k, 132, False, True), m, n, k, 132)
+
+    assert pick(256, 7168, 16384).overlap and pick(256, 7168, 2048).overlap and pick(1024, 7168, 2048).overlap
+    assert pick(256, 2112, 7168).overlap
+    assert not pick(1024, 2112, 7168).overlap  # 272 tiles: two waves of 264 against one of 396
+    assert not pick(256, 24576, 1536).overlap  # 12 K blocks
 
 
 def test_64_row_tiles_go_4_deep_where_the_grid_then_takes_fewer_program_slots():
