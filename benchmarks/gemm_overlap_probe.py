@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--cases", default=None, help="NxK:M,... instead of the built-in list")
     parser.add_argument("--stages", default="4,5")
     parser.add_argument("--tiles", default=",".join(TILES), help=f"tile shapes among {', '.join(TILES)}")
-    parser.add_argument("--kernels", default="overlap,persistent", help="among overlap, persistent")
+    parser.add_argument("--kernels", default="overlap,persistent", help="among overlap, persistent, specialized")
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args()
     cases = parse_cases(args.cases) if args.cases else CASES
@@ -49,8 +49,8 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; medians of {args.reps} L2-flushed calls")
     print("TFLOP/s; each overlapped run checked bitwise against the plain Triton kernel with its tiles\n")
     kernels = args.kernels.split(",")
-    if not set(kernels) <= {"overlap", "persistent"}:
-        raise SystemExit(f"--kernels: {args.kernels!r}: choose among overlap, persistent")
+    if not set(kernels) <= {"overlap", "persistent", "specialized"}:
+        raise SystemExit(f"--kernels: {args.kernels!r}: choose among overlap, persistent, specialized")
     variants = [
         (bm, bn, w, s, kernel, sh) for kernel in kernels for bm, bn, w in tiles for s in depths for sh in (False, True)
     ]
@@ -91,7 +91,9 @@ def main() -> None:
             config = LaunchConfig(bm, bn, warps, stages, cfg.group_m, 1, **{kernel: True})
             key = (bm, bn, warps)
             if key not in references:
-                references[key] = plain(replace(config, overlap=False, persistent=False, num_stages=3))
+                references[key] = plain(
+                    replace(config, overlap=False, persistent=False, specialized=False, num_stages=3)
+                )
             run = preshuffled if is_shuffled else plain
             try:
                 out = run(config)

@@ -48,6 +48,9 @@ class LaunchConfig:
     # The same loop in a persistent grid, one program per SM running its copy pipeline on across its tiles
     # (see _gluon_persistent_gemm). Changes no arithmetic.
     persistent: bool = False
+    # 128 x 128 tiles of a plain weight by a warp-specialized kernel: a TMA producer warp and two consumer
+    # warpgroups that never wait for each other (see _gluon_specialized_gemm). Changes no arithmetic.
+    specialized: bool = False
 
     def __str__(self) -> str:
         return (
@@ -55,6 +58,7 @@ class LaunchConfig:
             + ("" if self.stagger else "-nostagger")
             + ("-overlap" if self.overlap else "")
             + ("-persistent" if self.persistent else "")
+            + ("-specialized" if self.specialized else "")
         )
 
 
@@ -149,7 +153,11 @@ def _overlapped(cfg: LaunchConfig, m: int, k: int) -> LaunchConfig:
     if 3 <= k_blocks <= 4 and overlap_fits(replace(overlapped, persistent=True), k):
         return replace(overlapped, persistent=True)
     if (m > 1024 or k_blocks >= 64) and overlap_fits(overlapped, k):
-        return replace(overlapped, overlap=True)
+        # Over 56+ K blocks a plain weight goes to the warp-specialized kernel (the launcher falls back to
+        # the overlapped loop for a preshuffled one): 7168x16384 M = 8192 986 against 870, M = 1024 951
+        # against 867, 2112x7168 M = 4096 821 against 806; over shorter K it lost (24576x1536 M = 4096: 679
+        # against 822), paying each tile's pipeline fill and stores with nothing to overlap them.
+        return replace(overlapped, overlap=True, specialized=k_blocks >= 56)
     return cfg
 
 
@@ -328,6 +336,24 @@ def overlap_fits(cfg: LaunchConfig, k: int) -> bool:
     return cfg.block_m >= 64 and cfg.split_k == 1 and k_blocks % 2 == 0 and k_blocks >= 2 and enough
 
 
+def specialized_fits(cfg: LaunchConfig, a: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether the warp-specialized kernel runs `cfg` on these operands: its 128 x 128 tiles, one K range,
+    and what the tensor memory accelerator copies (16-byte aligned starts and row strides)."""
+    tiles = (cfg.block_m, cfg.block_n, cfg.split_k) == (128, 128, 1)
+    return tiles and all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in (a, w))
+
+
+def tma_descriptors(a: torch.Tensor, w: torch.Tensor):
+    """TMA descriptors of 128 x 128 tiles of the activation and the plain weight, 128-byte swizzled."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    swizzled = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    return tuple(
+        TensorDescriptor(t, [t.shape[0], t.shape[1]], [t.stride(0), 1], [BLOCK, BLOCK], swizzled) for t in (a, w)
+    )
+
+
 def persistent_programs_per_sm(cfg: LaunchConfig) -> int:
     """Programs of the persistent kernel an SM holds at once: its overlapped loop keeps the accumulator and
     two products, 230-255 registers per thread, so one program of 8 warps or two of 4 (65536 registers)."""
@@ -380,6 +406,14 @@ def triton_block_scaled_mm(
             f"dialect and a tile its copies cover (block_m >= 4 x warps, at most 4 warps along K); "
             f"got shuffled={shuffled}, {fmt.name}, {cfg}, {a.device}"
         )
+    if cfg.specialized and not (gluon_runs and not shuffled and specialized_fits(cfg, a, w)):
+        if config is not None:
+            raise ValueError(
+                f"{name}: {cfg} is the warp-specialized kernel: it needs an sm_90 GPU with triton's Gluon dialect, "
+                f"e4m3fn operands, a plain weight, 128 x 128 tiles without split-K, and 16-byte aligned operands "
+                f"and row strides (TMA); got shuffled={shuffled}, {fmt.name}, {a.device}"
+            )
+        cfg = replace(cfg, specialized=False)
     overlapped = cfg.overlap or cfg.persistent
     if overlapped and not (gluon_runs and staging != "swizzled" and overlap_fits(cfg, k)):
         if config is not None:
@@ -414,6 +448,15 @@ def triton_block_scaled_mm(
     kp = w.shape[1] if shuffled else w.stride(0)
     buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
     strides = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)  # scales, out, partials
+    if cfg.specialized:
+        from ._gluon_specialized_gemm import specialized_gemm_kernel
+
+        a_desc, w_desc = tma_descriptors(a.view(operand), w.view(operand))
+        specialized_gemm_kernel[(tiles,)](
+            a_desc, w_desc, a_scale, w_scale, out, m, n, k, *strides[:5],
+            STAGGER=cfg.stagger, GROUP_M=cfg.group_m, STAGES=cfg.num_stages, num_warps=4, maxnreg=168,
+        )  # fmt: skip
+        return out
     if cfg.persistent:
         from ._gluon_persistent_gemm import persistent_gemm_kernel
 

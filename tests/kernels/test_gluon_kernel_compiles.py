@@ -142,3 +142,47 @@ def test_overlap_needs_wgmma_tiles_one_k_range_and_an_even_block_count():
 def test_plain_weight_tiles_the_copies_cover():
     assert gluon_fits(LaunchConfig(128, 128, 8, 4), shuffled=False)
     assert not gluon_fits(LaunchConfig(128, 16, 8, 4), shuffled=False)  # 8 warps x 4 rows > 16 rows
+
+
+def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(tmp_path):
+    """Twelve warps (two consumer warpgroups, one producer warp rounded up to a warpgroup) sharing 65536
+    registers through setmaxnreg, TMA copies, and no spill or serialized MMA."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from mla_debug.kernels._gluon_specialized_gemm import specialized_gemm_kernel
+
+    swizzled = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    descs = {
+        name: TensorDescriptor(
+            torch.empty(rows, 7168, dtype=torch.float8_e4m3fn), [rows, 7168], [7168, 1], [128, 128], swizzled
+        )
+        for name, rows in (("a_desc", 4096), ("w_desc", 2112))
+    }
+    signature = {name: desc.__mangle__() for name, desc in descs.items()}
+    signature.update(a_scale_ptr="*fp32", w_scale_ptr="*fp32", out_ptr="*bf16")
+    signature.update(
+        {name: "i32" for name in ("M", "N", "K", "stride_sm", "stride_sk", "stride_wsn", "stride_wsk", "stride_om")}
+    )
+    constexprs = dict(STAGGER=True, GROUP_M=8, STAGES=4)
+    signature.update({name: "constexpr" for name in constexprs})
+    names = list(signature)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("a_scale_ptr", "w_scale_ptr", "out_ptr", "N", "K")}
+    source = runtime.GluonASTSource(fn=specialized_gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=168))
+    ptx = kernel.asm["ptx"]
+    assert kernel.metadata.num_warps == 12 and "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx
+    assert ptx.count("wgmma.mma_async") == 8  # k32 steps of one block, once per consumer
+    source_file = tmp_path / "kernel.ptx"
+    source_file.write_text(ptx)
+    run = subprocess.run(
+        [get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(source_file), "-o", str(tmp_path / "kernel.cubin")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Potential Performance Loss" not in run.stderr and "spill stores" in run.stderr, run.stderr
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", run.stderr), run.stderr

@@ -209,11 +209,37 @@ def test_overlapped_loops_give_the_triton_kernels_bytes(config, n, k, m, gen):
     assert torch.equal(plain, expected) and torch.equal(preshuffled, expected)
 
 
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or not _triton_env.hopper_gluon(torch.device("cuda")),
+    reason="the warp-specialized kernel (Gluon) runs on sm_90 GPUs",
+)
+@pytest.mark.parametrize(
+    "config",
+    [LaunchConfig(128, 128, 8, 4, specialized=True), LaunchConfig(128, 128, 8, 6, 8, 1, False, specialized=True)],
+    ids=str,
+)
+@pytest.mark.parametrize("n,k,m", [(2112, 7168, 300), (4096, 512, 3000), (3072, 1536, 1000), (256, 512, 1)])
+def test_the_warp_specialized_kernel_gives_the_triton_kernels_bytes(config, n, k, m, gen):
+    weight = on_cuda(random_weight(n, k, gen))
+    qa = md.quantize_groups(random_tokens(m, k, gen).cuda())
+    poison_allocator()
+    expected = triton_block_scaled_mm(
+        qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, k,
+        config=replace(config, specialized=False),
+    )  # fmt: skip
+    assert torch.isfinite(expected).all()
+    for order, qx in ((md.ScaleLayout.ROW_MAJOR, qa), (md.ScaleLayout.COL_MAJOR, qa.presented_as("col_major"))):
+        poison_allocator()
+        out = triton_block_scaled_mm(qx.data, qx.scale, order, weight.data, weight.scale, k, config=config)
+        assert torch.equal(out, expected), order
+
+
 def test_the_heuristic_overlaps_at_large_m_with_the_same_bytes(gen):
     device = torch.device("cuda")
     config = launch_config(4096, 4096, 512, device)
     expect_gluon = _triton_env.hopper_gluon(device)
     assert config.persistent == expect_gluon and launch_config(4096, 2112, 7168, device).overlap == expect_gluon
+    assert launch_config(4096, 2112, 7168, device).specialized == expect_gluon
     weight = on_cuda(random_weight(4096, 512, gen))
     qa = md.quantize_groups(random_tokens(2500, 512, gen).cuda())
     plain = replace(launch_config(2500, 4096, 512, device), overlap=False, persistent=False)

@@ -42,6 +42,8 @@ def test_every_config_that_can_be_picked_fits_the_kernel(m, n, k, sms, fnuz, glu
         # range, an even block count (persistent: at least stages - 1 blocks)
         if cfg.overlap or cfg.persistent:
             assert gluon and not fnuz and overlap_fits(cfg, k) and gluon_fits(cfg, shuffled=False)
+        if cfg.specialized:  # its 128 x 128 tiles, and the overlapped loop for a preshuffled weight
+            assert cfg.overlap and (cfg.block_m, cfg.block_n, cfg.split_k) == (128, 128, 1)
 
 
 @settings(max_examples=200, deadline=None)
@@ -59,6 +61,7 @@ def test_large_m_overlaps_where_the_gluon_kernels_run(m, n, k, sms, fnuz):
         assert cfg.persistent and (cfg.block_m, cfg.block_n, cfg.num_warps) == (128, 128, 8)
     elif m > 1024 or k_blocks >= 64:
         assert cfg.overlap and not cfg.persistent and (cfg.block_m, cfg.block_n) == (128, 128)
+        assert cfg.specialized == (k_blocks >= 56)  # a plain weight's long K: the warp-specialized kernel
     else:
         assert cfg == plain
 
