@@ -5,10 +5,11 @@ in the byte order the kernel is built for (ROW_MAJOR for ``gemm_a8w8_blockscale`
 ``..._bpreshuffle``) whatever the tensor's strides say, and the weight either plain or (16, 16)
 preshuffled. Triton is imported on the first call, so this module imports on machines without it.
 
-Three kernels compute the same bytes for the same tiles: the Triton kernel (every GPU, and the CPU
+Four kernels compute the same bytes for the same tiles: the Triton kernel (every GPU, and the CPU
 under the interpreter); on sm_90, the Gluon kernel (_gluon_gemm: a preshuffled weight staged unswizzled,
-and with `LaunchConfig.overlap` either weight with the promotion overlapped with the next MMA) and its
-persistent form (_gluon_persistent_gemm, `LaunchConfig.persistent`).
+and with `LaunchConfig.overlap` either weight with the promotion overlapped with the next MMA), its
+persistent form (_gluon_persistent_gemm, `LaunchConfig.persistent`), and a warp-specialized one for a
+plain weight (_gluon_specialized_gemm, `LaunchConfig.specialized`).
 
 Launch configurations come from `launch_config`, a shape heuristic for Hopper-class GPUs (cached per
 shape); `autotune` times a few candidates once per shape on the current GPU and caches the winner in

@@ -172,3 +172,13 @@ def test_an_overlapped_config_is_refused_where_the_gluon_kernels_cannot_run(flag
         qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, K, config=LaunchConfig(64, 32, 4, 4)
     )
     assert torch.isfinite(plain).all()
+
+
+def test_the_warp_specialized_kernel_is_refused_where_it_cannot_run(gen):
+    weight = random_weight(N, K, gen)
+    qa = md.quantize_groups(random_tokens(2, K, gen), 128)
+    config = LaunchConfig(128, 128, 8, 4, specialized=True)
+    with pytest.raises(ValueError, match=r"q_b_proj: .*-specialized is the warp-specialized kernel: it needs an sm_90"):
+        triton_block_scaled_mm(
+            qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, K, config=config, name="q_b_proj"
+        )
