@@ -93,6 +93,24 @@ def test_tiles_the_copies_do_not_cover_are_left_to_the_triton_kernel():
     assert gluon_fits(LaunchConfig(16, 32, 4, 4))
 
 
+def assert_ptxas_keeps_it_asynchronous(ptx: str, tmp_path) -> None:
+    """Assemble `ptx` for sm_90a with the ptxas triton ships and check its report: no serialized wgmma, no
+    wait it had to inject, no spilled register."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    source = tmp_path / "kernel.ptx"
+    source.write_text(ptx)
+    run = subprocess.run(
+        [get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(source), "-o", str(tmp_path / "kernel.cubin")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Potential Performance Loss" not in run.stderr, run.stderr
+    assert "wgmma.wait_group is injected" not in run.stderr, run.stderr
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", run.stderr), run.stderr
+
+
 OVERLAPPED = [
     LaunchConfig(128, 128, 8, 4, overlap=True),
     LaunchConfig(64, 128, 4, 4, overlap=True),
@@ -107,8 +125,6 @@ def test_overlapped_loop_keeps_its_mmas_asynchronous(cfg, shuffled, tmp_path):
     """Two products in turn, one promoted under the other's MMA: ptxas must neither serialize the wgmmas
     nor inject waits (either would put the promotion back on the tensor cores' path), nor spill (the
     persistent kernel's copy state is kept to scalars for that)."""
-    from triton.backends.nvidia.compiler import get_ptxas
-
     kernel = compile_for_hopper(cfg, shuffled)
     ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
     assert re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir) or not shuffled
@@ -116,17 +132,7 @@ def test_overlapped_loop_keeps_its_mmas_asynchronous(cfg, shuffled, tmp_path):
         assert not re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir)
     # Four wgmma (k32) per block: the peeled first block, two per loop body, the last block.
     assert ptx.count("wgmma.mma_async") == 16
-    source = tmp_path / "kernel.ptx"
-    source.write_text(ptx)
-    run = subprocess.run(
-        [get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(source), "-o", str(tmp_path / "kernel.cubin")],
-        capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "Potential Performance Loss" not in run.stderr, run.stderr
-    assert "wgmma.wait_group is injected" not in run.stderr, run.stderr
-    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", run.stderr), run.stderr
+    assert_ptxas_keeps_it_asynchronous(ptx, tmp_path)
 
 
 def test_overlap_needs_wgmma_tiles_one_k_range_and_an_even_block_count():
@@ -149,7 +155,6 @@ def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(tm
     registers through setmaxnreg, TMA copies, and no spill or serialized MMA."""
     import torch
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -176,13 +181,4 @@ def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(tm
     ptx = kernel.asm["ptx"]
     assert kernel.metadata.num_warps == 12 and "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx
     assert ptx.count("wgmma.mma_async") == 8  # k32 steps of one block, once per consumer
-    source_file = tmp_path / "kernel.ptx"
-    source_file.write_text(ptx)
-    run = subprocess.run(
-        [get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", str(source_file), "-o", str(tmp_path / "kernel.cubin")],
-        capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "Potential Performance Loss" not in run.stderr and "spill stores" in run.stderr, run.stderr
-    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", run.stderr), run.stderr
+    assert_ptxas_keeps_it_asynchronous(ptx, tmp_path)
