@@ -20,11 +20,11 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma_wait
 
 from ._gluon_gemm import (
-    _barrier,
     _copy,
+    _start_mma,
     _weight_tile,
     activation_copy_layout,
     block_scale,
@@ -133,7 +133,7 @@ def persistent_gemm_kernel(
         acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
         part_a = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
         part_b = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
-        part_a = _start_mma(g0, bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
+        part_a = _start_mma(g0, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
         _fetch(
             g0 + STAGES - 1, g0, total, n_blocks, coords, bufs, pointers, within, operands, STAGES, SHUFFLED, STAGGER,
             BLOCK_M, BLOCK_N,
@@ -141,7 +141,7 @@ def persistent_gemm_kernel(
         part_a = warpgroup_mma_wait(0, deps=[part_a])
         for j in range(g0, g0 + n_blocks - 2, 2):
             scale = block_scale(j, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
-            part_b = _start_mma(j + 1, bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
+            part_b = _start_mma(j + 1, a_bufs, w_bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
             acc += part_a * scale[:, None]
             _fetch(
                 j + STAGES, g0, total, n_blocks, coords, bufs, pointers, within, operands, STAGES, SHUFFLED, STAGGER,
@@ -149,7 +149,7 @@ def persistent_gemm_kernel(
             )  # fmt: skip
             part_b = warpgroup_mma_wait(0, deps=[part_b])
             scale = block_scale(j + 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
-            part_a = _start_mma(j + 2, bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
+            part_a = _start_mma(j + 2, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
             acc += part_b * scale[:, None]
             _fetch(
                 j + 1 + STAGES, g0, total, n_blocks, coords, bufs, pointers, within, operands, STAGES, SHUFFLED, STAGGER,
@@ -158,7 +158,7 @@ def persistent_gemm_kernel(
             part_a = warpgroup_mma_wait(0, deps=[part_a])
         last = g0 + n_blocks - 1
         scale = block_scale(last - 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
-        part_b = _start_mma(last, bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
+        part_b = _start_mma(last, a_bufs, w_bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
         acc += part_a * scale[:, None]
         _fetch(
             last + STAGES - 1, g0, total, n_blocks, coords, bufs, pointers, within, operands, STAGES, SHUFFLED, STAGGER,
@@ -168,18 +168,6 @@ def persistent_gemm_kernel(
         acc += part_b * block_scale(last, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)[:, None]
         store_tile(acc, out_ptr, here_m, here_n, M, N, stride_om, BLOCK_M, BLOCK_N)
     async_copy.wait_group(0)
-
-
-@gluon.jit
-def _start_mma(g, bufs, part, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Wait for step g's copies, then start its wgmma into `part`'s registers (not waited for). The
-    barrier makes every thread's copies visible and, every warpgroup having waited for step g - 1's MMA
-    and read its scales, frees that step's slot for the refill that follows."""
-    async_copy.wait_group(STAGES - 2)
-    _barrier()
-    a_tile = bufs[0].index(g % STAGES)
-    w_tile = _weight_tile(bufs[1], g % STAGES, SHUFFLED, BLOCK_N).permute((1, 0))
-    return warpgroup_mma(a_tile, w_tile, part, use_acc=False, is_async=True)
 
 
 @gluon.jit

@@ -147,10 +147,10 @@ def _overlapped(cfg: LaunchConfig, m: int, k: int) -> LaunchConfig:
     finishes (32768x512 M = 8192: 619 against 487 one program per tile; it ran 2-24% slower than that over
     longer K); at M = 1024 otherwise only over long K (7168x16384, 128 blocks: 858 against 780), the
     64 x 128 tiles being as fast or faster elsewhere (3072x1536: 499 against 470)."""
+    if m < 1024:  # (where the heuristic never splits K)
+        return cfg
     k_blocks = k // BLOCK
     overlapped = LaunchConfig(128, 128, 8, 4, cfg.group_m, 1, cfg.stagger)
-    if m < 1024 or cfg.split_k > 1:
-        return cfg
     if 3 <= k_blocks <= 4 and overlap_fits(replace(overlapped, persistent=True), k):
         return replace(overlapped, persistent=True)
     if (m > 1024 or k_blocks >= 64) and overlap_fits(overlapped, k):
@@ -162,11 +162,15 @@ def _overlapped(cfg: LaunchConfig, m: int, k: int) -> LaunchConfig:
     return cfg
 
 
+def _programs_per_sm(stage_bytes: int, stages: int) -> int:
+    """Programs an SM holds when shared memory bounds them (an H100/H200 SM has 228 KB, 1 KB of it reserved
+    per program)."""
+    return max(1, _SM_SHARED_BYTES // (stages * stage_bytes + 1024))
+
+
 def _waves(programs: int, sms: int, stage_bytes: int, stages: int) -> int:
-    """How many rounds of programs the grid takes when shared memory bounds the programs per SM (an
-    H100/H200 SM has 228 KB, 1 KB of it reserved per program)."""
-    per_sm = max(1, _SM_SHARED_BYTES // (stages * stage_bytes + 1024))
-    return -(-programs // (sms * per_sm))
+    """How many rounds of programs the grid takes when shared memory bounds the programs per SM."""
+    return -(-programs // (sms * _programs_per_sm(stage_bytes, stages)))
 
 
 _SM_SHARED_BYTES = 228 * 1024
@@ -237,8 +241,7 @@ def interleaved_config(cfg: LaunchConfig, m: int, n: int, k: int, sms: int) -> L
 def _slots(programs: int, sms: int, stage_bytes: int, stages: int) -> int:
     """Program slots a grid occupies, its last wave counted whole, when shared memory bounds the programs
     per SM."""
-    per_sm = max(1, _SM_SHARED_BYTES // (stages * stage_bytes + 1024))
-    return _waves(programs, sms, stage_bytes, stages) * per_sm * sms
+    return _waves(programs, sms, stage_bytes, stages) * _programs_per_sm(stage_bytes, stages) * sms
 
 
 def interleaved_stage_bytes(cfg: LaunchConfig) -> int:
@@ -257,8 +260,8 @@ _TUNED: dict[tuple, LaunchConfig] = {}
 def launch_config(m: int, n: int, k: int, device: torch.device, fnuz: bool = False) -> LaunchConfig:
     """The configuration for an (M, N, K) problem: an autotuned one if `autotune` ran for it, else the
     heuristic."""
-    heuristic = _heuristic(m, n, k, triton_env.sm_count(device), fnuz, triton_env.hopper_gluon(device))
-    return _tuned(m, n, k, fnuz, device) or heuristic
+    tuned = _tuned(m, n, k, fnuz, device)
+    return tuned or _heuristic(m, n, k, triton_env.sm_count(device), fnuz, triton_env.hopper_gluon(device))
 
 
 def _tuned(m: int, n: int, k: int, fnuz: bool, device: torch.device) -> LaunchConfig | None:
