@@ -8,8 +8,10 @@ preshuffled. Triton is imported on the first call, so this module imports on mac
 Four kernels compute the same bytes for the same tiles: the Triton kernel (every GPU, and the CPU
 under the interpreter); on sm_90, the Gluon kernel (_gluon_gemm: a preshuffled weight staged unswizzled,
 and with `LaunchConfig.overlap` either weight with the promotion overlapped with the next MMA), its
-persistent form (_gluon_persistent_gemm, `LaunchConfig.persistent`), and a warp-specialized one for a
-plain weight (_gluon_specialized_gemm, `LaunchConfig.specialized`).
+persistent form (_gluon_persistent_gemm, `LaunchConfig.persistent`), and a warp-specialized one for
+either weight (_gluon_specialized_gemm, `LaunchConfig.specialized`; persistent with
+`LaunchConfig.persistent`, storing through TMA with `LaunchConfig.tma_store`), the heuristic's choice
+from M = 1024 on sm_90.
 
 Launch configurations come from `launch_config`, a shape heuristic for Hopper-class GPUs (cached per
 shape); `autotune` times a few candidates once per shape on the current GPU and caches the winner in
@@ -49,9 +51,13 @@ class LaunchConfig:
     # The same loop in a persistent grid, one program per SM running its copy pipeline on across its tiles
     # (see _gluon_persistent_gemm). Changes no arithmetic.
     persistent: bool = False
-    # 128 x 128 tiles of a plain weight by a warp-specialized kernel: a TMA producer warp and two consumer
-    # warpgroups that never wait for each other (see _gluon_specialized_gemm). Changes no arithmetic.
+    # 128 x 128 tiles by a warp-specialized kernel: a TMA producer warp and two consumer warpgroups that
+    # never wait for each other (see _gluon_specialized_gemm); with `persistent`, one program per SM.
+    # Changes no arithmetic.
     specialized: bool = False
+    # The warp-specialized kernel's epilogue through shared memory and a TMA store, which drains while the
+    # consumers go on to the next tile (see _gluon_specialized_gemm). Changes no arithmetic.
+    tma_store: bool = False
 
     def __str__(self) -> str:
         return (
@@ -60,6 +66,7 @@ class LaunchConfig:
             + ("-overlap" if self.overlap else "")
             + ("-persistent" if self.persistent else "")
             + ("-specialized" if self.specialized else "")
+            + ("-tmastore" if self.tma_store else "")
         )
 
 
@@ -88,9 +95,12 @@ def runs_on(device: torch.device, allow_interpreter: bool = False) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool, gluon: bool = False) -> LaunchConfig:
+def _heuristic(
+    m: int, n: int, k: int, sms: int, fnuz: bool, gluon: bool = False, specialized: bool = True
+) -> LaunchConfig:
     """Tiles by M, from autotuning DeepSeek shapes on an H200 (benchmarks/RESULTS.md); `gluon`: the Gluon
-    kernels can run (an sm_90 GPU), which at large M overlap the promotion with the MMA (_overlapped)."""
+    kernels can run (an sm_90 GPU), which take over at large M (_overlapped): the warp-specialized kernel
+    unless not `specialized` (the launcher's fallback where it cannot run)."""
     k_blocks = -(-k // BLOCK)
     split = 1
     if m <= 64:
@@ -134,19 +144,42 @@ def _heuristic(m: int, n: int, k: int, sms: int, fnuz: bool, gluon: bool = False
     if fnuz:  # bf16 operands take twice the shared memory per stage
         stages = min(stages, 3)
     cfg = LaunchConfig(block_m, block_n, warps, stages, 8, split)
-    return _overlapped(cfg, m, k) if gluon and not fnuz else cfg
+    if not gluon or fnuz:
+        return cfg
+    return _overlapped(cfg, m, k, specialized and specializes(m, n, sms))
 
 
-def _overlapped(cfg: LaunchConfig, m: int, k: int) -> LaunchConfig:
-    """Where the Gluon kernels' overlapped loop beats the Triton kernel, the config that runs it: 128 x
-    128 tiles (8 warps, 4 stages), the same MMA and multiply-add order, so the same bytes.
+def specializes(m: int, n: int, sms: int) -> bool:
+    """Whether the persistent warp-specialized kernel is the heuristic's choice (where it can run).
 
-    From benchmarks/gemm_overlap_probe.py on an H200 (RESULTS.md), plain weight, against the Triton
-    kernel's tiles: above M = 1024, 1.14-1.22x (24576x1536 M = 4096: 821 against 689 TFLOP/s); over K = 512
-    (4 blocks) from M = 1024 the persistent kernel, whose next tile's first copies land while a tile
-    finishes (32768x512 M = 8192: 619 against 487 one program per tile; it ran 2-24% slower than that over
-    longer K); at M = 1024 otherwise only over long K (7168x16384, 128 blocks: 858 against 780), the
-    64 x 128 tiles being as fast or faster elsewhere (3072x1536: 499 against 470)."""
+    Measured on an H200 (benchmarks/gemm_overlap_probe.py, RESULTS.md; TFLOP/s, against the heuristic's
+    other choice): from M = 1024 (24576x1536 M = 4096: 1030 against 819); below that where its 128 x 128
+    tiles still give every SM one (M = 512: 24576x1536 842 against 706, 7168x2048 644 against 611; with
+    fewer, 64-row tiles spread better: 3072x1536 M = 512, 96 tiles, 367 against 400). The same for plain
+    and preshuffled weights (2112x7168 M = 4096, preshuffled: 979 against 826 for the overlapped loop)."""
+    return m >= 1024 or (m > 64 and -(-m // BLOCK) * -(-n // BLOCK) >= sms)
+
+
+def _overlapped(cfg: LaunchConfig, m: int, k: int, specialized: bool) -> LaunchConfig:
+    """Where the Gluon kernels beat the Triton kernel at large M, the config that runs them: 128 x 128
+    tiles, the same MMA and multiply-add order, so the same bytes.
+
+    From benchmarks/gemm_overlap_probe.py on an H200 (RESULTS.md), against the Triton kernel's tiles:
+    where `specializes`, the persistent warp-specialized kernel with TMA stores (24576x1536 M = 4096: 1030
+    against 819 TFLOP/s for the overlapped loop; 32768x512 M = 8192: 887 against 618 for the persistent
+    loop; 7168x16384 M = 4096: 1095 against 1058), 5 stages, the most that fit with its staging tiles
+    (6 ran 1% faster over 4 K blocks before the scales joined the stages).
+
+    Without it (`specialized` false), the overlapped loops of 8 warps and 4 stages: above M = 1024,
+    1.14-1.22x (24576x1536 M = 4096: 821 against 689 TFLOP/s); over K = 512 (4 blocks) from M = 1024 the
+    persistent kernel, whose next tile's first copies land while a tile finishes (32768x512 M = 8192: 619
+    against 487 one program per tile; it ran 2-24% slower than that over longer K); at M = 1024 otherwise
+    only over long K (7168x16384, 128 blocks: 858 against 780), the 64 x 128 tiles being as fast or
+    faster elsewhere (3072x1536: 499 against 470)."""
+    if specialized:
+        return LaunchConfig(
+            128, 128, 8, 5, cfg.group_m, 1, cfg.stagger, persistent=True, specialized=True, tma_store=True
+        )
     if m < 1024:  # (where the heuristic never splits K)
         return cfg
     k_blocks = k // BLOCK
@@ -154,11 +187,7 @@ def _overlapped(cfg: LaunchConfig, m: int, k: int) -> LaunchConfig:
     if 3 <= k_blocks <= 4 and overlap_fits(replace(overlapped, persistent=True), k):
         return replace(overlapped, persistent=True)
     if (m > 1024 or k_blocks >= 64) and overlap_fits(overlapped, k):
-        # Over 56+ K blocks a plain weight goes to the warp-specialized kernel (the launcher falls back to
-        # the overlapped loop for a preshuffled one): 7168x16384 M = 8192 986 against 870, M = 1024 951
-        # against 867, 2112x7168 M = 4096 821 against 806; over shorter K it lost (24576x1536 M = 4096: 679
-        # against 822), paying each tile's pipeline fill and stores with nothing to overlap them.
-        return replace(overlapped, overlap=True, specialized=k_blocks >= 56)
+        return replace(overlapped, overlap=True)
     return cfg
 
 
@@ -340,22 +369,54 @@ def overlap_fits(cfg: LaunchConfig, k: int) -> bool:
     return cfg.block_m >= 64 and cfg.split_k == 1 and k_blocks % 2 == 0 and k_blocks >= 2 and enough
 
 
-def specialized_fits(cfg: LaunchConfig, a: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether the warp-specialized kernel runs `cfg` on these operands: its 128 x 128 tiles, one K range,
-    and what the tensor memory accelerator copies (16-byte aligned starts and row strides)."""
+def specialized_fits(cfg: LaunchConfig) -> bool:
+    """Whether the warp-specialized kernel runs `cfg`: its 128 x 128 tiles, one K range, and stages and
+    staging tiles within a program's shared memory."""
     tiles = (cfg.block_m, cfg.block_n, cfg.split_k) == (128, 128, 1)
-    return tiles and all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in (a, w))
+    return tiles and specialized_shared_bytes(cfg) <= _SM_SHARED_BYTES - 1024
 
 
-def tma_descriptors(a: torch.Tensor, w: torch.Tensor):
-    """TMA descriptors of 128 x 128 tiles of the activation and the plain weight, 128-byte swizzled."""
+def sixteen_byte_rows(*tensors: torch.Tensor) -> bool:
+    """Whether the Gluon kernels' 16-byte copies (cp.async, TMA) can move these operands' rows: 16-byte
+    aligned starts and row strides."""
+    return all(t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0 for t in tensors)
+
+
+def specialized_shared_bytes(cfg: LaunchConfig) -> int:
+    """Shared memory of the warp-specialized kernel: per stage a 128 x 128 fp8 tile of each operand and 128
+    fp32 activation scales, and with TMA stores a 128 x 128 bf16 staging tile."""
+    return cfg.num_stages * (2 * BLOCK * BLOCK + 4 * BLOCK) + (2 * BLOCK * BLOCK if cfg.tma_store else 0)
+
+
+def tma_descriptors(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, shuffled: bool = False):
+    """TMA descriptors of the warp-specialized kernel: 128 x 128 tiles of the activation and a plain weight
+    (fp8, 128-byte swizzled), or a preshuffled weight's tiles as 8 K chunks x 8 bands of 256 bytes
+    (unswizzled, landing chunk-major); and 64 x 128 tiles of the bf16 output (one consumer's rows)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    swizzled = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
-    return tuple(
-        TensorDescriptor(t, [t.shape[0], t.shape[1]], [t.stride(0), 1], [BLOCK, BLOCK], swizzled) for t in (a, w)
-    )
+    def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+        swizzled = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8 * t.element_size(), rank=2)
+        return TensorDescriptor(t, [t.shape[0], t.shape[1]], [t.stride(0), 1], [rows, BLOCK], swizzled)
+
+    if shuffled:
+        # Band b's 16-byte K chunk c holds its 16 rows' bytes at b * 16 * KP + c * 256 (KP: padded K).
+        bands, kp = w.shape[0] // SHUFFLE_BAND, w.shape[1]
+        unswizzled = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=3)
+        w_desc = TensorDescriptor(w, [kp // 16, bands, 256], [256, 16 * kp, 1], [8, 8, 256], unswizzled)
+    else:
+        w_desc = descriptor(w, BLOCK)
+    return descriptor(a, BLOCK), w_desc, descriptor(out, BLOCK // 2)
+
+
+def scale_descriptor(a_scale: torch.Tensor, m: int, groups: int):
+    """TMA descriptor of column-major activation scales (group g of row r at g * M + r): one K block's
+    scales of 128 rows."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    unswizzled = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    return TensorDescriptor(a_scale, [groups, m], [m, 1], [1, BLOCK], unswizzled)
 
 
 def persistent_programs_per_sm(cfg: LaunchConfig) -> int:
@@ -402,30 +463,35 @@ def triton_block_scaled_mm(
     cfg = config or launch_config(m, n, k, a.device, fnuz)
     if BLOCK % cfg.block_n:
         raise ValueError(f"{name}: block_n={cfg.block_n} must divide 128 (one weight-scale block per tile)")
-    gluon_runs = not fnuz and gluon_fits(cfg, shuffled) and triton_env.hopper_gluon(a.device)
+    gluon_here = not fnuz and sixteen_byte_rows(a, w) and triton_env.hopper_gluon(a.device)
+    if cfg.specialized and not (gluon_here and staging != "swizzled" and specialized_fits(cfg)):
+        if config is not None:
+            raise ValueError(
+                f"{name}: {cfg} is the warp-specialized kernel: it needs an sm_90 GPU with triton's Gluon dialect, "
+                f"e4m3fn operands with 16-byte aligned rows (TMA), 128 x 128 tiles without split-K, stages that "
+                f"fit a program's shared memory, and staging other than 'swizzled'; got {fmt.name}, activation "
+                f"row stride {a.stride(0)}, weight row stride {w.stride(0)}, staging={staging!r}, {a.device}"
+            )
+        # The heuristic's choice where it cannot run: the best of the other kernels.
+        cfg = _heuristic(m, n, k, triton_env.sm_count(a.device), fnuz, gluon_here, specialized=False)
+    gluon_runs = gluon_here and gluon_fits(cfg, shuffled)
     interleaved_runs = shuffled and gluon_runs
     if staging == "interleaved" and not interleaved_runs:
         raise ValueError(
             f"{name}: interleaved staging needs a preshuffled e4m3fn weight, an sm_90 GPU with triton's Gluon "
-            f"dialect and a tile its copies cover (block_m >= 4 x warps, at most 4 warps along K); "
-            f"got shuffled={shuffled}, {fmt.name}, {cfg}, {a.device}"
+            f"dialect, 16-byte aligned operand rows and a tile its copies cover (block_m >= 4 x warps, at most 4 "
+            f"warps along K); got shuffled={shuffled}, {fmt.name}, {cfg}, activation row stride {a.stride(0)}, "
+            f"{a.device}"
         )
-    if cfg.specialized and not (gluon_runs and not shuffled and specialized_fits(cfg, a, w)):
-        if config is not None:
-            raise ValueError(
-                f"{name}: {cfg} is the warp-specialized kernel: it needs an sm_90 GPU with triton's Gluon dialect, "
-                f"e4m3fn operands, a plain weight, 128 x 128 tiles without split-K, and 16-byte aligned operands "
-                f"and row strides (TMA); got shuffled={shuffled}, {fmt.name}, {a.device}"
-            )
-        cfg = replace(cfg, specialized=False)
-    overlapped = cfg.overlap or cfg.persistent
+    overlapped = not cfg.specialized and (cfg.overlap or cfg.persistent)
     if overlapped and not (gluon_runs and staging != "swizzled" and overlap_fits(cfg, k)):
         if config is not None:
             raise ValueError(
                 f"{name}: {cfg} overlaps the promotion with the next MMA, which only the Gluon kernels do: they "
-                f"need an sm_90 GPU with triton's Gluon dialect, e4m3fn operands, wgmma tiles (block_m >= 64) "
-                f"without split-K, an even number of 128-wide K blocks (persistent: at least stages - 1), and "
-                f"staging other than 'swizzled'; got K={k}, {fmt.name}, staging={staging!r}, {a.device}"
+                f"need an sm_90 GPU with triton's Gluon dialect, e4m3fn operands with 16-byte aligned rows, wgmma "
+                f"tiles (block_m >= 64) without split-K, an even number of 128-wide K blocks (persistent: at least "
+                f"stages - 1), and staging other than 'swizzled'; got K={k}, {fmt.name}, activation row stride "
+                f"{a.stride(0)}, staging={staging!r}, {a.device}"
             )
         cfg = replace(cfg, overlap=False, persistent=False)  # the heuristic's choice, where it cannot run
         overlapped = False
@@ -455,10 +521,17 @@ def triton_block_scaled_mm(
     if cfg.specialized:
         from ._gluon_specialized_gemm import specialized_gemm_kernel
 
-        a_desc, w_desc = tma_descriptors(a.view(operand), w.view(operand))
-        specialized_gemm_kernel[(tiles,)](
-            a_desc, w_desc, a_scale, w_scale, out, m, n, k, *strides[:5],
-            STAGGER=cfg.stagger, GROUP_M=cfg.group_m, STAGES=cfg.num_stages, num_warps=4, maxnreg=168,
+        # Persistent: one program per SM (its stages and staging tiles fill an SM's shared memory).
+        programs = min(tiles, triton_env.sm_count(a.device)) if cfg.persistent else tiles
+        a_desc, w_desc, out_desc = tma_descriptors(a.view(operand), w.view(operand), out, shuffled)
+        # Column-major scales: a block's 128 row scales are contiguous, one TMA copy where the block stride
+        # (M floats) is 16-byte aligned.
+        scale_tma = stride_sm == 1 and m % 4 == 0 and a_scale.data_ptr() % 16 == 0
+        s_desc = scale_descriptor(a_scale, m, groups) if scale_tma else a_desc
+        specialized_gemm_kernel[(programs,)](
+            a_desc, w_desc, out_desc, s_desc, a_scale, w_scale, out, m, n, k, *strides[:5],
+            SHUFFLED=shuffled, STAGGER=cfg.stagger, GROUP_M=cfg.group_m, STAGES=cfg.num_stages,
+            TMA_STORE=cfg.tma_store, SCALE_TMA=scale_tma, num_warps=4, maxnreg=168,
         )  # fmt: skip
         return out
     if cfg.persistent:
@@ -562,10 +635,14 @@ def autotune(
 def _candidates(m: int, n: int, k: int, sms: int, fnuz: bool, gluon: bool = False) -> list[LaunchConfig]:
     base = _heuristic(m, n, k, sms, fnuz, gluon)
     found = [base]
-    if gluon and not fnuz:  # the Gluon kernels' overlapped loops, where they can run
+    if gluon and not fnuz:  # the Gluon kernels, where they can run
         for flag in ("overlap", "persistent"):
             cfg = LaunchConfig(128, 128, 8, 4, **{flag: True})
             if m >= 64 and overlap_fits(cfg, k) and cfg not in found:
+                found.append(cfg)
+        for stages in (4, 5):
+            cfg = LaunchConfig(128, 128, 8, stages, persistent=True, specialized=True, tma_store=True)
+            if m >= 64 and cfg not in found:
                 found.append(cfg)
     shapes = [(16, 32), (16, 64), (16, 128), (32, 64), (64, 64), (64, 128), (128, 64), (128, 128), (256, 128)]
     for bm, bn in shapes:

@@ -93,6 +93,15 @@ def test_tiles_the_copies_do_not_cover_are_left_to_the_triton_kernel():
     assert gluon_fits(LaunchConfig(16, 32, 4, 4))
 
 
+def mangle(desc) -> str:
+    """A TMA descriptor's signature type: ``__mangle__`` from triton 3.7 on, the runtime's mangler before."""
+    if hasattr(desc, "__mangle__"):
+        return desc.__mangle__()
+    from triton.runtime.jit import mangle_type
+
+    return mangle_type(desc)
+
+
 def assert_ptxas_keeps_it_asynchronous(ptx: str, tmp_path) -> None:
     """Assemble `ptx` for sm_90a with the ptxas triton ships and check its report: no serialized wgmma, no
     wait it had to inject, no spilled register."""
@@ -150,29 +159,28 @@ def test_plain_weight_tiles_the_copies_cover():
     assert not gluon_fits(LaunchConfig(128, 16, 8, 4), shuffled=False)  # 8 warps x 4 rows > 16 rows
 
 
-def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(tmp_path):
+@pytest.mark.parametrize("scale_tma", [False, True], ids=["scales-cp.async", "scales-tma"])
+@pytest.mark.parametrize("shuffled", [False, True], ids=["plain", "shuffled"])
+@pytest.mark.parametrize("tma_store", [False, True], ids=["direct-store", "tma-store"])
+def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(tma_store, shuffled, scale_tma, tmp_path):
     """Twelve warps (two consumer warpgroups, one producer warp rounded up to a warpgroup) sharing 65536
-    registers through setmaxnreg, TMA copies, and no spill or serialized MMA."""
+    registers through setmaxnreg, TMA copies, and no spill or serialized MMA; with tma_store, each
+    consumer's rows leave through shared memory and a TMA store."""
     import torch
     from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from mla_debug.kernels._gluon_specialized_gemm import specialized_gemm_kernel
+    from mla_debug.kernels.triton_gemm import scale_descriptor, tma_descriptors
 
-    swizzled = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
-    descs = {
-        name: TensorDescriptor(
-            torch.empty(rows, 7168, dtype=torch.float8_e4m3fn), [rows, 7168], [7168, 1], [128, 128], swizzled
-        )
-        for name, rows in (("a_desc", 4096), ("w_desc", 2112))
-    }
-    signature = {name: desc.__mangle__() for name, desc in descs.items()}
+    a, w = (torch.empty(rows, 7168, dtype=torch.float8_e4m3fn) for rows in (4096, 2112))
+    descs = tma_descriptors(a, w, torch.empty(4096, 2112, dtype=torch.bfloat16), shuffled)
+    descs += (scale_descriptor(torch.empty(56 * 4096), 4096, 56) if scale_tma else descs[0],)
+    signature = {name: mangle(desc) for name, desc in zip(("a_desc", "w_desc", "out_desc", "s_desc"), descs)}
     signature.update(a_scale_ptr="*fp32", w_scale_ptr="*fp32", out_ptr="*bf16")
     signature.update(
         {name: "i32" for name in ("M", "N", "K", "stride_sm", "stride_sk", "stride_wsn", "stride_wsk", "stride_om")}
     )
-    constexprs = dict(STAGGER=True, GROUP_M=8, STAGES=4)
+    constexprs = dict(SHUFFLED=shuffled, STAGGER=True, GROUP_M=8, STAGES=4, TMA_STORE=tma_store, SCALE_TMA=scale_tma)
     signature.update({name: "constexpr" for name in constexprs})
     names = list(signature)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("a_scale_ptr", "w_scale_ptr", "out_ptr", "N", "K")}
@@ -181,4 +189,7 @@ def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(tm
     ptx = kernel.asm["ptx"]
     assert kernel.metadata.num_warps == 12 and "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx
     assert ptx.count("wgmma.mma_async") == 8  # k32 steps of one block, once per consumer
+    assert ("cp.async.bulk.tensor.2d.global.shared" in ptx) == tma_store
+    # The scales: one more TMA copy, or copies that complete on the stage's barrier.
+    assert ("cp.async.mbarrier.arrive.noinc" in ptx) != scale_tma
     assert_ptxas_keeps_it_asynchronous(ptx, tmp_path)

@@ -215,38 +215,62 @@ def test_overlapped_loops_give_the_triton_kernels_bytes(config, n, k, m, gen):
 )
 @pytest.mark.parametrize(
     "config",
-    [LaunchConfig(128, 128, 8, 4, specialized=True), LaunchConfig(128, 128, 8, 6, 8, 1, False, specialized=True)],
+    [
+        LaunchConfig(128, 128, 8, 4, specialized=True),
+        LaunchConfig(128, 128, 8, 6, 8, 1, False, specialized=True),
+        LaunchConfig(128, 128, 8, 4, persistent=True, specialized=True),
+        LaunchConfig(128, 128, 8, 4, specialized=True, tma_store=True),
+        LaunchConfig(128, 128, 8, 5, persistent=True, specialized=True, tma_store=True),
+    ],
     ids=str,
 )
 @pytest.mark.parametrize("n,k,m", [(2112, 7168, 300), (4096, 512, 3000), (3072, 1536, 1000), (256, 512, 1)])
 def test_the_warp_specialized_kernel_gives_the_triton_kernels_bytes(config, n, k, m, gen):
+    # Plain and preshuffled weights (TMA boxes of 8 K chunks x 8 bands), either scale byte order.
+    # Persistent: 3000 x 4096 is 768 tiles, several per program, the copies running on from tile to tile
+    # and the TMA stores of one tile draining under the next; partial row and column tiles are clipped.
     weight = on_cuda(random_weight(n, k, gen))
     qa = md.quantize_groups(random_tokens(m, k, gen).cuda())
     poison_allocator()
     expected = triton_block_scaled_mm(
         qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, k,
-        config=replace(config, specialized=False),
+        config=replace(config, specialized=False, persistent=False, tma_store=False),
     )  # fmt: skip
     assert torch.isfinite(expected).all()
+    shuffled = weight.shuffled((16, 16), by="test")
     for order, qx in ((md.ScaleLayout.ROW_MAJOR, qa), (md.ScaleLayout.COL_MAJOR, qa.presented_as("col_major"))):
-        poison_allocator()
-        out = triton_block_scaled_mm(qx.data, qx.scale, order, weight.data, weight.scale, k, config=config)
-        assert torch.equal(out, expected), order
+        for w, is_shuffled in ((weight, False), (shuffled, True)):
+            poison_allocator()
+            out = triton_block_scaled_mm(
+                qx.data, qx.scale, order, w.data, w.scale, k, shuffled=is_shuffled, config=config
+            )
+            assert torch.equal(out, expected), (order, is_shuffled)
 
 
 def test_the_heuristic_overlaps_at_large_m_with_the_same_bytes(gen):
     device = torch.device("cuda")
-    config = launch_config(4096, 4096, 512, device)
     expect_gluon = _triton_env.hopper_gluon(device)
-    assert config.persistent == expect_gluon and launch_config(4096, 2112, 7168, device).overlap == expect_gluon
-    assert launch_config(4096, 2112, 7168, device).specialized == expect_gluon
+    for n, k in ((4096, 512), (2112, 7168)):
+        config = launch_config(4096, n, k, device)
+        assert config.persistent == config.specialized == config.tma_store == expect_gluon
+    assert launch_config(512, 24576, 1536, device).specialized == expect_gluon  # 768 tiles: every SM has some
+    assert not launch_config(512, 3072, 1536, device).specialized  # 96 tiles: 64-row ones spread better
     weight = on_cuda(random_weight(4096, 512, gen))
     qa = md.quantize_groups(random_tokens(2500, 512, gen).cuda())
-    plain = replace(launch_config(2500, 4096, 512, device), overlap=False, persistent=False)
+    plain = replace(
+        launch_config(2500, 4096, 512, device), overlap=False, persistent=False, specialized=False, tma_store=False,
+        num_stages=3,
+    )  # fmt: skip
     expected = triton_block_scaled_mm(
         qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 512, config=plain
     )
     out = triton_block_scaled_mm(qa.data, qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 512)
+    assert torch.equal(out, expected)
+    # An activation whose rows TMA cannot copy (a 520-byte row stride): the heuristic takes the next best
+    # kernel, with the same bytes.
+    wide = torch.zeros(2500, 520, dtype=qa.data.dtype, device=device)
+    wide[:, :512] = qa.data
+    out = triton_block_scaled_mm(wide[:, :512], qa.scale, md.ScaleLayout.ROW_MAJOR, weight.data, weight.scale, 512)
     assert torch.equal(out, expected)
 
 

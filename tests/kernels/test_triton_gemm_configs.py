@@ -19,6 +19,7 @@ from mla_debug.kernels.triton_gemm import (
     interleaved_stage_bytes,
     interleaved_stages,
     overlap_fits,
+    specialized_shared_bytes,
 )
 
 sizes = dict(
@@ -40,30 +41,45 @@ def test_every_config_that_can_be_picked_fits_the_kernel(m, n, k, sms, fnuz, glu
         assert cfg.split_k <= k // BLOCK
         # the overlapped loops only where the Gluon kernels run them: e4m3fn on sm_90, wgmma tiles, one K
         # range, an even block count (persistent: at least stages - 1 blocks)
-        if cfg.overlap or cfg.persistent:
+        if cfg.specialized:  # its 128 x 128 tiles, stages within a program's shared memory
+            assert gluon and not fnuz and (cfg.block_m, cfg.block_n, cfg.split_k) == (128, 128, 1)
+            assert specialized_shared_bytes(cfg) <= 227 * 1024
+        elif cfg.overlap or cfg.persistent:
             assert gluon and not fnuz and overlap_fits(cfg, k) and gluon_fits(cfg, shuffled=False)
-        if cfg.specialized:  # its 128 x 128 tiles, and the overlapped loop for a preshuffled weight
-            assert cfg.overlap and (cfg.block_m, cfg.block_n, cfg.split_k) == (128, 128, 1)
+        assert not cfg.tma_store or cfg.specialized
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(**sizes)
 def test_large_m_overlaps_where_the_gluon_kernels_run(m, n, k, sms, fnuz):
-    """The measured rules (_overlapped): from M = 1024, the persistent kernel over 3-4 K blocks; the
-    overlapped loop above M = 1024, or over 64+ blocks; 128 x 128 tiles; nothing changes without Gluon."""
+    """The measured rules (_overlapped): the persistent warp-specialized kernel with TMA stores from
+    M = 1024, and from M = 65 where its 128 x 128 tiles give every SM one, 5 stages; otherwise, or where it cannot run,
+    from M = 1024 the persistent overlapped loop over 3-4 K blocks, the overlapped loop above M = 1024 or
+    over 64+ blocks; nothing changes without Gluon."""
     plain = _heuristic(m, n, k, sms, fnuz, False)
     cfg = _heuristic(m, n, k, sms, fnuz, True)
-    assert not (plain.overlap or plain.persistent)
+    fallback = _heuristic(m, n, k, sms, fnuz, True, specialized=False)
+    assert not (plain.overlap or plain.persistent or plain.specialized)
+    assert not fallback.specialized
     k_blocks = k // BLOCK
-    if fnuz or m < 1024 or k_blocks % 2:
-        assert cfg == plain
-    elif k_blocks == 4:
-        assert cfg.persistent and (cfg.block_m, cfg.block_n, cfg.num_warps) == (128, 128, 8)
-    elif m > 1024 or k_blocks >= 64:
-        assert cfg.overlap and not cfg.persistent and (cfg.block_m, cfg.block_n) == (128, 128)
-        assert cfg.specialized == (k_blocks >= 56)  # a plain weight's long K: the warp-specialized kernel
+    tiles = -(-m // BLOCK) * -(-n // BLOCK)
+    if fnuz:
+        assert cfg == fallback == plain
+        return
+    assert cfg.specialized == (m >= 1024 or (m > 64 and tiles >= sms))
+    if cfg.specialized:
+        assert cfg.persistent and cfg.tma_store and (cfg.block_m, cfg.block_n, cfg.split_k) == (128, 128, 1)
+        assert cfg.num_stages == 5 and specialized_shared_bytes(cfg) <= 227 * 1024
     else:
-        assert cfg == plain
+        assert cfg == fallback
+    if m < 1024 or k_blocks % 2:
+        assert fallback == plain
+    elif k_blocks == 4:
+        assert fallback.persistent and (fallback.block_m, fallback.block_n, fallback.num_warps) == (128, 128, 8)
+    elif m > 1024 or k_blocks >= 64:
+        assert fallback.overlap and not fallback.persistent and (fallback.block_m, fallback.block_n) == (128, 128)
+    else:
+        assert fallback == plain
 
 
 @settings(max_examples=200, deadline=None)
@@ -161,8 +177,9 @@ def test_the_preshuffled_weight_overlaps_only_where_measured(m, n, k, sms, fnuz)
 
 
 def test_the_measured_preshuffled_cases_take_the_overlapped_loop():
+    # (At M = 1024 where the warp-specialized kernel cannot run.)
     def pick(m, n, k):
-        return interleaved_config(_heuristic(m, n, k, 132, False, True), m, n, k, 132)
+        return interleaved_config(_heuristic(m, n, k, 132, False, True, specialized=False), m, n, k, 132)
 
     assert pick(256, 7168, 16384).overlap and pick(256, 7168, 2048).overlap and pick(1024, 7168, 2048).overlap
     assert pick(256, 2112, 7168).overlap
@@ -196,3 +213,20 @@ def test_a_decode_grid_is_fitted_into_fewer_waves_where_fewer_stages_allow_it():
     assert _heuristic(64, 32768, 512, 132, False).num_stages == 3
     # 384 tiles already fit in one wave with 4 stages: unchanged.
     assert _heuristic(64, 24576, 1536, 132, False).num_stages == 4
+
+
+def test_launch_config_asks_the_heuristic_with_the_devices_facts(monkeypatch):
+    """An H200-like device (132 SMs, Gluon on sm_90) gets the heuristic's Gluon choice: at M = 4096 the
+    warp-specialized kernel."""
+    import torch
+
+    from mla_debug import _triton_env
+    from mla_debug.kernels import triton_gemm
+
+    monkeypatch.setattr(_triton_env, "sm_count", lambda device: 132)
+    monkeypatch.setattr(_triton_env, "hopper_gluon", lambda device: True)
+    device = torch.device("cpu")
+    for m, n, k in ((4096, 4096, 512), (1, 7168, 2048), (300, 2112, 7168)):
+        assert triton_gemm.launch_config(m, n, k, device) == _heuristic(m, n, k, 132, False, True)
+    assert triton_gemm.launch_config(4096, 4096, 512, device).specialized
+    assert triton_gemm.launch_config(4096, 4096, 512, device, fnuz=True) == _heuristic(4096, 4096, 512, 132, True)
