@@ -1,7 +1,7 @@
 """Promotion overlapped with the next block's MMA (the Gluon kernels' overlapped loop), timed at large M.
 
   PYTHONPATH=. python3 benchmarks/gemm_overlap_probe.py [--cases 7168x16384:4096,...] [--stages 4,5]
-      [--tiles 128x128,64x128] [--kernels overlap,persistent]
+      [--tiles 128x128,64x128] [--kernels overlap,persistent,specialized+persistent+tma_store]
 
 Each K block's fp32 product must be scaled into the accumulator before the next block's product lands
 in the same registers; the plain kernels wait for every MMA and then promote, so the tensor cores idle
@@ -13,8 +13,9 @@ For each case, with gemm_bench's L2-flushed timer: the plain Triton kernel at th
 cuBLAS blockwise, the launcher's default for the preshuffled weight, and the overlapped loop for the
 plain and the preshuffled weight at each stage count, tile shape (128 x 128 with 8 warps, 64 x 128 with
 4) and kernel listed: "overlap", one program per tile (LaunchConfig.overlap), and "persistent", one
-program per SM running its copy pipeline on across its tiles (LaunchConfig.persistent). Ratios are to
-cuBLAS.
+program per SM running its copy pipeline on across its tiles (LaunchConfig.persistent); "specialized"
+(128 x 128 tiles only) the warp-specialized kernel, joined by '+' to "persistent" and "tma_store" for its
+persistent form and TMA-store epilogue. Ratios are to cuBLAS.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mla_debug.kernels.triton_gemm import LaunchConfig, launch_config, triton_bl
 
 CASES = [(n, k, m) for m in (1024, 4096, 8192) for n, k in SHAPES]
 TILES = {"128x128": (128, 128, 8), "64x128": (64, 128, 4)}
+FLAGS = ("overlap", "persistent", "specialized", "tma_store")
 
 
 def main() -> None:
@@ -37,7 +39,11 @@ def main() -> None:
     parser.add_argument("--cases", default=None, help="NxK:M,... instead of the built-in list")
     parser.add_argument("--stages", default="4,5")
     parser.add_argument("--tiles", default=",".join(TILES), help=f"tile shapes among {', '.join(TILES)}")
-    parser.add_argument("--kernels", default="overlap,persistent", help="among overlap, persistent, specialized")
+    parser.add_argument(
+        "--kernels",
+        default="overlap,persistent",
+        help=f"kernels, each one or more of {', '.join(FLAGS)} joined by '+'",
+    )
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args()
     cases = parse_cases(args.cases) if args.cases else CASES
@@ -49,8 +55,8 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; medians of {args.reps} L2-flushed calls")
     print("TFLOP/s; each overlapped run checked bitwise against the plain Triton kernel with its tiles\n")
     kernels = args.kernels.split(",")
-    if not set(kernels) <= {"overlap", "persistent", "specialized"}:
-        raise SystemExit(f"--kernels: {args.kernels!r}: choose among overlap, persistent, specialized")
+    if not {flag for kernel in kernels for flag in kernel.split("+")} <= set(FLAGS):
+        raise SystemExit(f"--kernels: {args.kernels!r}: join flags among {', '.join(FLAGS)} by '+'")
     variants = [
         (bm, bn, w, s, kernel, sh) for kernel in kernels for bm, bn, w in tiles for s in depths for sh in (False, True)
     ]
@@ -88,12 +94,10 @@ def main() -> None:
         best = {False: 0.0, True: 0.0}
         references: dict[tuple, torch.Tensor] = {}
         for bm, bn, warps, stages, kernel, is_shuffled in variants:
-            config = LaunchConfig(bm, bn, warps, stages, cfg.group_m, 1, **{kernel: True})
+            config = LaunchConfig(bm, bn, warps, stages, cfg.group_m, 1, **{flag: True for flag in kernel.split("+")})
             key = (bm, bn, warps)
             if key not in references:
-                references[key] = plain(
-                    replace(config, overlap=False, persistent=False, specialized=False, num_stages=3)
-                )
+                references[key] = plain(replace(config, **{flag: False for flag in FLAGS}, num_stages=3))
             run = preshuffled if is_shuffled else plain
             try:
                 out = run(config)
