@@ -92,9 +92,11 @@ def specialized_gemm_kernel(
     fence_async_shared()
 
     args = (
-        a_desc, w_desc, out_desc, s_desc, a_bufs, w_bufs, out_bufs, s_bufs, ready, empty, a_scale_ptr, w_scale_ptr, out_ptr, M, N, K,
-        stride_sm, stride_sk, stride_wsn, stride_wsk, stride_om,
+        a_desc, w_desc, out_desc, s_desc, a_bufs, w_bufs, out_bufs, s_bufs, ready, empty, a_scale_ptr, w_scale_ptr,
+        out_ptr, M, N, K, stride_sm, stride_sk, stride_wsn, stride_wsk, stride_om,
     )  # fmt: skip
+    # (The constants go to each partition one by one: a tuple of them would reach it as values, and the
+    # branches they select would all be compiled.)
     gl.warp_specialize(
         [
             (_consume, (args, SHUFFLED, STAGGER, GROUP_M, STAGES, TMA_STORE, SCALE_TMA, 0)),
@@ -145,14 +147,15 @@ def _produce(
     SCALE_TMA: gl.constexpr,
 ):
     """One warp: for each K block of each of the program's tiles (in the tile's staggered order), wait until
-    both consumers released its slot, then copy the tile's activation scales into it (cp.async, 4 per
-    thread) and both tiles (TMA), all completing on the slot's ready barrier. Steps are numbered across tiles: step g uses slot g % STAGES in phase (g // STAGES) & 1.
+    both consumers released its slot, then copy the tile's activation scales into it (TMA with SCALE_TMA,
+    else cp.async, 4 per thread) and both tiles (TMA), all completing on the slot's ready barrier. Steps
+    are numbered across tiles: step g uses slot g % STAGES in phase (g // STAGES) & 1.
 
-    A shuffled weight's descriptor (see `shuffled_weight_descriptor`) addresses it as [K chunk, 16-row
-    band, 256 bytes]: its box of 8 chunks x 8 bands lands chunk-major, [K chunk, row, 16 bytes], the
-    unswizzled layout wgmma reads."""
-    (a_desc, w_desc, _, s_desc, a_bufs, w_bufs, _, s_bufs, ready, empty, a_scale_ptr, _, _, M, N, K, stride_sm, stride_sk,
-     _, _, _) = args  # fmt: skip
+    A shuffled weight's descriptor (`triton_gemm.tma_descriptors`) addresses it as [K chunk, 16-row band,
+    256 bytes]: its box of 8 chunks x 8 bands lands chunk-major, [K chunk, row, 16 bytes], the unswizzled
+    layout wgmma reads."""
+    (a_desc, w_desc, _, s_desc, a_bufs, w_bufs, _, s_bufs, ready, empty, a_scale_ptr, _, _, M, N, K, stride_sm,
+     stride_sk, _, _, _) = args  # fmt: skip
     scale_layout: gl.constexpr = gl.BlockedLayout([BLOCK // 32], [32], [1], [0])
     n_blocks = K // BLOCK
     tiles = gl.cdiv(M, BLOCK) * gl.cdiv(N, BLOCK)
