@@ -8,6 +8,7 @@ reduction, the conversions and stores. This probe times, as CUDA-graph replays n
 copies of the kernel source with one link of that chain replaced at a time:
 
   base          the library's kernel as it is
+  smem-scale-store  the scales stored by tl.store, through shared memory, instead of in place (same bytes)
   const-div     the two divisions by constants (sum / N in fp64, amax / fp8 max in fp32) as a multiply
                 by the rounded reciprocal plus one fma correction (Markstein): still correctly rounded
   fp32-sum      squares summed in fp32 instead of fp64 (not bitwise: timing only)
@@ -17,9 +18,10 @@ copies of the kernel source with one link of that chain replaced at a time:
   plain-max     tl.max for the group amax instead of the NaN-propagating reduce (timing only)
 
 next to the unfused launches one by one, a kernel that only copies the row (same grid), and an empty
-kernel: the floor a launch costs. Timing-only variants are not checked; "const-div" is checked bitwise
+kernel: the floor a launch costs. Timing-only variants are not checked; the others are checked bitwise
 against the library's kernel. The base kernel is also timed without `RowLaunch.short_chain` (weights
-loaded after the sum's reduction, the fp64 sum one add after another), which gives the same bytes. Prints one markdown table per shape.
+loaded after the sum's reduction, the fp64 sum one add after another) and at other warp counts (--warps),
+which give the same bytes. Prints one markdown table per shape.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def _div_const(a, B: tl.constexpr):
 
 EDITS: dict[str, list[tuple[str, str]]] = {
     "base": [],
+    "smem-scale-store": [("scale, scale_mask, PTX)", "scale, scale_mask, False)")],
     "const-div": [
         ("mean = (total / N).to(tl.float32)", "mean = _div_const(total, N).to(tl.float32)"),
         ("scale = tl.div_rn(amax, tl.full(amax.shape, FMT_MAX, tl.float32))", "scale = _div_const(amax, FMT_MAX)"),
@@ -74,6 +77,8 @@ EDITS: dict[str, list[tuple[str, str]]] = {
     "plain-max": [("amax = tl.reduce(tl.abs(y), 2, _max_propagating_nan)", "amax = tl.max(tl.abs(y), 2)")],
 }
 EDITS["all-approx"] = EDITS["fp32-sum"] + EDITS["rsqrt"] + EDITS["fast-quant"]
+# Variants that must give the library's bytes (checked before they are timed); the rest are timing only.
+EXACT = ("base", "smem-scale-store", "const-div")
 
 
 def variant_module(name: str, edits: list[tuple[str, str]], tmp: Path):
@@ -120,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ms", default="1,16,64")
     parser.add_argument(
-        "--warps", default="2,4,8,16", help="warps per program tried for base and const-div (with short_chain)"
+        "--warps", default="4", help="warps per program tried for base (with short_chain), e.g. 2,4,8,16"
     )
     args = parser.parse_args()
     ms = [int(v) for v in args.ms.split(",")]
@@ -149,10 +154,12 @@ def main() -> None:
                 base_out = triton_fused.allocate_outputs(nq, False)
                 triton_fused.make_launch(nq, base_out)()
                 for name, module in modules.items():
-                    exact = name in ("base", "const-div")
-                    configs = [support.RowLaunch(1, nw, short_chain=True) for nw in warps] if exact else [heuristic]
+                    exact = name in EXACT
+                    configs = [heuristic]
                     if name == "base":
-                        configs.append(support.RowLaunch(1, heuristic.num_warps, short_chain=False))
+                        others = [support.RowLaunch(1, nw, short_chain=True) for nw in warps]
+                        others.append(support.RowLaunch(1, heuristic.num_warps, short_chain=False))
+                        configs += [cfg for cfg in others if cfg != heuristic]
                     for cfg in configs:
                         out = triton_fused.allocate_outputs(nq, False)
                         launch = fused_launch(module, nq, out, cfg)

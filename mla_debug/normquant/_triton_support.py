@@ -50,6 +50,11 @@ def triton_interpreted_on(device: torch.device) -> bool:
     return device.type == "cpu" or interpreting()
 
 
+def inline_ptx(device: torch.device) -> bool:
+    """Whether kernels compiled for `device` may contain inline PTX: NVIDIA GPUs, not the interpreter."""
+    return device.type == "cuda" and not getattr(torch.version, "hip", None) and not interpreting()
+
+
 def require_triton(op: str, device: torch.device) -> None:
     reason = triton_unavailable_reason(device)
     if reason is not None:
