@@ -81,6 +81,29 @@ class Case:
         )
 
 
+def extreme_rows(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Six bf16 rows (and a residual for them) at the edges of the float64 sum of squares: bf16
+    subnormals only; subnormals beside normals; squares near 2^200 (beyond fp32); squares whose sum
+    passes 2^256 (the fp32 mean overflows); zeros; 1e-30 beside 1. The residual is scaled to each row, so
+    x + residual are fp32 sums with low mantissa bits set."""
+    gen = torch.Generator().manual_seed(8)
+    signs = torch.randint(0, 2, (6, n), generator=gen) * 2.0 - 1.0
+    mags = 1.0 + torch.rand(6, n, generator=gen)
+    every = torch.arange(n)
+    rows = [
+        mags[0] * 2.0**-133 * torch.randint(1, 100, (n,), generator=gen),
+        torch.where(every % 7 == 0, mags[1], mags[1] * 2.0**-130),
+        mags[2] * 2.0**100,
+        mags[3] * 2.0**125,
+        torch.zeros(n),
+        torch.where(every % 5 == 0, mags[5] * 1e-30, mags[5]),
+    ]
+    q = (torch.stack(rows) * signs).to(torch.bfloat16)
+    size = torch.stack([r.double().abs().mean().float() for r in rows])  # (an fp32 mean of row 3 overflows)
+    residual = (torch.randn(6, n, generator=gen) * size[:, None]).to(torch.bfloat16)
+    return q.to(device), residual.to(device)
+
+
 def make_case(
     m: int = 12,
     n1: int = 512,

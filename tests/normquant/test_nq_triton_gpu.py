@@ -21,6 +21,7 @@ import warnings
 
 import pytest
 import torch
+from nq_cases import extreme_rows
 from nq_oracle import conversion_probe_values
 
 from mla_debug.normquant import (
@@ -246,6 +247,26 @@ def test_hardware_conversions_equal_the_integer_ones_and_torch():
         print(f"{dtype}: hardware vs integer {counts[0]}, hardware vs torch {counts[1]} of {int(in_range.sum())}")
         assert counts == (0, 0)
         assert ulps(hard_bf16, soft_bf16) == 0 and ulps(hard_bf16, x.to(torch.bfloat16)) == 0
+
+
+@pytest.mark.parametrize(("n1", "n2"), SHAPES, ids=SHAPE_IDS)
+def test_rows_of_extreme_finite_values(n1, n2):
+    # the float64 sum of squares at its edges, at V4 widths (see nq_cases.extreme_rows)
+    _support()
+    q, residual = extreme_rows(n1 + n2, torch.device("cuda"))
+    w = (1.0 + 0.3 * torch.randn(n1 + n2, device="cuda")).to(torch.bfloat16)
+    for eps in (1e-6, 1e-30):
+        for res in (None, residual[:, :n1]):
+            kwargs = dict(
+                q=q[:, :n1],
+                q_weight=w[:n1],
+                q_eps=eps,
+                k=q[:, n1:],
+                k_weight=w[n1:],
+                residual=res,
+                return_unquantized=True,
+            )
+            compare(f"extreme rows eps={eps} residual={res is not None}", TRITON(**kwargs), TORCH(**kwargs), FN)
 
 
 def test_soft_conversion_kernel_matches_hardware_kernel():

@@ -31,7 +31,14 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # what tests/conftest.py does, if collected alone
 pytest.importorskip("triton")
 
-from nq_cases import activations, check_against_oracle, check_scale_buffer, make_case, norm_weight  # noqa: E402
+from nq_cases import (  # noqa: E402
+    activations,
+    check_against_oracle,
+    check_scale_buffer,
+    extreme_rows,
+    make_case,
+    norm_weight,
+)
 from nq_oracle import FLAVORS, FN, FNUZ, assert_bits_equal, conversion_probe_values, fused_reference  # noqa: E402
 
 from mla_debug.layouts import ScaleLayout  # noqa: E402
@@ -193,6 +200,18 @@ def test_v4_unfused_quantizes_the_same_bf16_twice(transpose):
     assert ours.q_for_wq_b.data.data_ptr() != ours.q_for_indexer.data.data_ptr()
     assert_bits_equal(ours.k_normed, ref.k_normed.double(), "k_normed")
     assert_bits_equal(ours.q_bf16, ref.q_bf16.double(), "q_bf16")
+
+
+def test_rows_of_extreme_finite_values_match_torch():
+    # the float64 sum of squares at its edges (subnormal inputs, squares beyond fp32's range, fp32 sums
+    # with a residual; see nq_cases.extreme_rows) gives torch's bytes
+    q, residual = extreme_rows(256, torch.device("cpu"))
+    weight = norm_weight(256, torch.bfloat16, seed=8)
+    torch_ref = functools.partial(fused_qk_rmsnorm_group_quant, backend="torch")
+    for eps in (1e-6, 1e-30):  # (eps = 0 on the zero row makes NaNs, whose sign x86 and GPUs disagree on)
+        for res in (None, residual):
+            kwargs = dict(q=q, q_weight=weight, q_eps=eps, residual=res, return_unquantized=True)
+            assert_same_result(*both(TRITON, torch_ref, **kwargs))
 
 
 # --- the conversions --------------------------------------------------------------------------------
