@@ -58,7 +58,7 @@ def _div_const(a, B: tl.constexpr):
 
 EDITS: dict[str, list[tuple[str, str]]] = {
     "base": [],
-    "smem-scale-store": [("scale, scale_mask, PTX)", "scale, scale_mask, False)")],
+    "smem-scale-store": [("scale, scale_mask, SCALES_IN_PLACE)", "scale, scale_mask, False)")],
     "const-div": [
         ("mean = (total / N).to(tl.float32)", "mean = _div_const(total, N).to(tl.float32)"),
         ("scale = tl.div_rn(amax, tl.full(amax.shape, FMT_MAX, tl.float32))", "scale = _div_const(amax, FMT_MAX)"),
@@ -136,7 +136,7 @@ def main() -> None:
         modules = {name: variant_module(name, edits, Path(tmp)) for name, edits in EDITS.items()}
         for shape, (n1, n2) in SHAPES.items():
             header = ["variant"] + [f"M={m} us" for m in ms]
-            rows: dict[str, list[str]] = {}
+            cells: dict[str, dict[int, str]] = {}  # label -> M -> time (a config may not run at every M)
             for m in ms:
                 gen = torch.Generator(device="cuda").manual_seed(m)
                 full = torch.randn(m, n1 + n2 + 64, generator=gen, device="cuda").to(torch.bfloat16)
@@ -149,7 +149,7 @@ def main() -> None:
 
                 def record(label: str, launch) -> None:
                     us = time_graph(launch, calls, replays)
-                    rows.setdefault(label, [label]).append("n/a" if us is None else f"{us:.2f}")
+                    cells.setdefault(label, {})[m] = "n/a" if us is None else f"{us:.2f}"
 
                 base_out = triton_fused.allocate_outputs(nq, False)
                 triton_fused.make_launch(nq, base_out)()
@@ -181,7 +181,8 @@ def main() -> None:
                 )
                 record("empty kernel", lambda: empty_kernel[(m,)](q, num_warps=4))
             print(f"\n### {shape} (n1={n1}, n2={n2}), CUDA-graph replays, {calls} calls per graph\n")
-            print(markdown_table(header, list(rows.values())), flush=True)
+            rows = [[label] + [by_m.get(m, "-") for m in ms] for label, by_m in cells.items()]
+            print(markdown_table(header, rows), flush=True)
 
 
 if __name__ == "__main__":

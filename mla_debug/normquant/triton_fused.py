@@ -117,7 +117,7 @@ def make_launch(
         HAS_UNQ=outputs.q_unquantized is not None,
         GEMMA=args.gemma_norm,
         SOFT=soft,
-        PTX=support.inline_ptx(args.q.device),
+        SCALES_IN_PLACE=support.scales_in_place(args.q.device, config),
         K_WITH_Q=config.k_with_q,
         SHORT_CHAIN=config.short_chain,
         num_warps=config.num_warps,

@@ -135,7 +135,7 @@ def make_quant_launch(
         BLOCK_M=config.block_m,
         NG=support.next_pow2(groups),
         SOFT=support.interpreting() if soft_cvt is None else bool(soft_cvt),
-        PTX=support.inline_ptx(x.device),
+        SCALES_IN_PLACE=support.scales_in_place(x.device, config),
         num_warps=config.num_warps,
         **support.quant_constants(args.fmt, args.flavor).kwargs(),
     )

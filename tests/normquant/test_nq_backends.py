@@ -108,6 +108,27 @@ def test_explicit_triton_on_cpu_runs_under_the_interpreter(interpreter):
     assert "triton" not in available_backends("cpu")  # runs when named, is not offered
 
 
+@pytest.mark.parametrize(
+    ("device", "hip", "short_chain", "expected"),
+    [
+        ("cuda", None, True, True),
+        ("cuda", None, False, False),
+        ("cuda", "6.2", True, False),
+        ("cpu", None, True, False),
+    ],
+)
+def test_scales_are_stored_in_place_only_by_nvidia_launches_with_few_programs(
+    monkeypatch, no_interpreter, device, hip, short_chain, expected
+):
+    # inline PTX exists only on NVIDIA GPUs (not ROCm, not the interpreter), and pays off only where a
+    # launch's time is one thread's chain (short_chain: few programs)
+    from mla_debug.normquant import _triton_support as support
+
+    monkeypatch.setattr(torch.version, "hip", hip)
+    config = support.RowLaunch(1, 4, short_chain=short_chain)
+    assert support.scales_in_place(torch.device(device), config) is expected
+
+
 def test_explicit_aiter_without_aiter_says_it_is_not_importable(monkeypatch):
     monkeypatch.setattr(aiter_backend, "_aiter_installed", lambda: False)
     case = make_case(m=2, n1=128, n2=None, seed=1)

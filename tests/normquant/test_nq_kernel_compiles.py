@@ -37,10 +37,10 @@ def compiled_module():
     return module
 
 
-def quant_ptx(ptx: bool) -> str:
+def quant_ptx(in_place: bool) -> str:
     """group_quant_kernel for V4-Pro rows (1536 = 12 groups of 128), one row per 4-warp program, the aiter
     recipe on e4m3fn, compiled for sm_90a."""
-    constants = dict(N=1536, GS=128, BLOCK_M=1, NG=16, SOFT=False, PTX=ptx)
+    constants = dict(N=1536, GS=128, BLOCK_M=1, NG=16, SOFT=False, SCALES_IN_PLACE=in_place)
     constants.update(support.quant_constants(E4M3FN, AITER).kwargs())
     pointers = {"x_ptr": "*bf16", "out_ptr": "*u8", "scale_ptr": "*fp32", "ovf_ptr": "*i32"}
     signature = dict(pointers, M="i32", stride_x="i32", stride_sm="i32", stride_sg="i32")
@@ -53,7 +53,7 @@ def quant_ptx(ptx: bool) -> str:
 
 
 def test_the_scale_store_needs_no_barrier():
-    inline, plain = quant_ptx(ptx=True), quant_ptx(ptx=False)
+    inline, plain = quant_ptx(in_place=True), quant_ptx(in_place=False)
     assert "st.global.b32" in inline
     assert plain.count("bar.sync") >= 1, "triton no longer converts the scales' layout: drop the inline store"
     assert inline.count("bar.sync") == 0
