@@ -12,7 +12,8 @@ an fp8 ulp of slack. The kernels therefore convert with integer arithmetic under
 (SOFT=True), whose rounding is checked here against torch's casts value by value; on a GPU the
 hardware conversions are checked against the same integer path (test_nq_triton_gpu.py). Everything
 else - fp64 sum of squares, sqrt_rn, div_rn, amax with NaN, clamp, the fnuz fix-ups, the scale byte
-order - is the same code in both modes.
+order - is the same code in both modes, except the scale store: on NVIDIA GPUs, launches with few
+programs store the scales with inline PTX (`_store_scales`), which the GPU tests cover.
 """
 
 from __future__ import annotations
