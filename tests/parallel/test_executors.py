@@ -89,7 +89,9 @@ def test_a_rank_that_dies_without_reporting_shows_its_own_output(tiny):
     assert (error.rank, error.cause, error.exitcode) == (1, "died", 70)
     message = str(error)
     # Rank 0 may notice the lost peer and report its own error first; the crash stays the cause shown.
-    assert re.match(r"rank 1 exited with code 70 before reporting( \(then rank 0 failed: .*\))?; its output:\n", message)
+    assert re.match(
+        r"rank 1 exited with code 70 before reporting( \(then rank 0 failed: .*\))?; its output:\n", message
+    )
     # What it printed from Python and what it wrote straight to descriptor 2, as native code does.
     assert "rank 1 is about to crash" in message and "native message from rank 1" in message
     assert "rank 0" not in error.output  # each rank's output is its own
