@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import mla_debug as md
-from mla_debug.parallel.distributed import RankError, _how_it_ended, _relay, run_ranks_distributed
+from mla_debug.parallel import RankError
+from mla_debug.parallel.distributed import _how_it_ended, _relay, run_ranks_distributed
 
 REPO = Path(md.__file__).resolve().parents[1]
 
