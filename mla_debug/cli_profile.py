@@ -194,34 +194,88 @@ def _change(a: Any, b: Any) -> str:
 
 def run_compare(args: argparse.Namespace) -> int:
     from .profiling import compare_traces, load_trace
+    from .profiling.diff import WORKLOAD_FIELDS
     from .viz.timeline import short_name
     from .viz.trace_tables import time_change
 
     if args.top < 1:
         raise ValueError(f"top={args.top} must be >= 1")
     console = Console()
+    plain = dict(soft_wrap=True, markup=False, highlight=False)
 
     def kernel_name(value: Any) -> Any:
         return value if args.full_names or not isinstance(value, str) else short_name(value)
 
     a, b = load_trace(args.a), load_trace(args.b)
     diff = compare_traces(a, b)
-    console.print(
-        f"A: {args.a} ({diff.a_label})\nB: {args.b} ({diff.b_label})", soft_wrap=True, markup=False, highlight=False
-    )
+    console.print(f"A: {args.a} ({diff.a_label})\nB: {args.b} ({diff.b_label})", **plain)
+    if diff.differences and not any(key in WORKLOAD_FIELDS for key in diff.differences):
+        # What was varied on purpose (the scenario): said once, not as a warning.
+        listed = "; ".join(f"{key} (A: {x}, B: {y})" for key, (x, y) in diff.differences.items())
+        console.print(f"the runs differ in {listed}", **plain)
+    for warning in diff.warnings:
+        console.print(f"warning: {warning}", style="yellow", **plain)
+    if diff.scope == "steps":
+        _print_step_diff(console, diff)
+
+    kernels = diff.per_kernel
+    what = "GPU kernels" if diff.level == "gpu" else "CPU ops"
+    whole = diff.scope == "trace"
+    # A kernel present on one side only has no delta; its own time is the change.
+    change = time_change(kernels).abs()
+    shown = kernels.loc[change.sort_values(ascending=False, kind="stable").index].head(args.top)
+    where = ", whole trace" if whole else " by step"
+    table = Table(title=f"{what}{where}: the {len(shown)} largest changes of {len(kernels)} (us)")
+    if not whole:
+        table.add_column("step", overflow="fold")
+    table.add_column("name" if whole else "name (A -> B when they differ)", overflow="fold")
+    for name in ("A us", "B us", "delta us", "B/A", "count A -> B"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in shown.itertuples(index=False):
+        cells = [] if whole else [_cell(row.step)]
+        cells += [
+            _change(kernel_name(row.a_name), kernel_name(row.b_name)),
+            _us(row.a_us),
+            _us(row.b_us),
+            _delta(row.delta_us),
+            _ratio(row.ratio),
+            f"{_count(row.a_count)} -> {_count(row.b_count)}",
+        ]
+        table.add_row(*cells)
+    console.print(table)
+    if whole and diff.level == "gpu":  # kernels do not nest, so their times add up (CPU ops' do not)
+        a_total, b_total = kernels["a_us"].sum(), kernels["b_us"].sum()
+        console.print(
+            f"total {what} time: A {_us(a_total)} us in {_count(kernels['a_count'].sum())}, "
+            f"B {_us(b_total)} us in {_count(kernels['b_count'].sum())} (B/A {_ratio(b_total / a_total if a_total else None)})",
+            **plain,
+        )
+    for label, names in (("added in B", diff.added), ("removed in B", diff.removed)):
+        console.print(f"[bold]{label}[/] ({len(names)}){':' if names else ': none'}", soft_wrap=True)
+        for found in names:
+            console.print(f"  {kernel_name(found)}", **plain)
+    return 0
+
+
+def _print_step_diff(console: Console, diff) -> None:
     per_step = diff.per_step
     # Launch counts are GPU kernels (or the CPU's launch calls): all zero on CPU-only traces, where the
     # columns would only say nothing ran on a GPU.
     launches = bool((per_step["a_launches"] != 0).any() or (per_step["b_launches"] != 0).any())
+    gpu = bool(per_step["a_gpu_us"].notna().any() and per_step["b_gpu_us"].notna().any())
     kernels_differ = bool((per_step["a_kernel"].fillna("") != per_step["b_kernel"].fillna("")).any())
-    steps = Table(title="per step: B against A (us; + is slower in B)")
+    title = "per step: B against A (us of CPU wall time" + ("; GPU: busy time" if gpu else "") + "; + is slower in B)"
+    steps = Table(title=title)
     steps.add_column("step", overflow="fold")
-    for name in ("A us", "B us", "delta us", "B/A") + (("launches A -> B",) if launches else ()):
+    names = ("A us", "B us", "delta us", "B/A") + (("A GPU us", "B GPU us") if gpu else ())
+    for name in names + (("launches A -> B",) if launches else ()):
         steps.add_column(name, justify="right", no_wrap=True)
     if kernels_differ:
         steps.add_column("kernel A -> B", overflow="fold")
     for row in per_step.itertuples(index=False):
         cells = [_cell(row.step), _us(row.a_us), _us(row.b_us), _delta(row.delta_us), _ratio(row.ratio)]
+        if gpu:
+            cells += [_us(row.a_gpu_us), _us(row.b_gpu_us)]
         if launches:
             cells.append(f"{_count(row.a_launches)} -> {_count(row.b_launches)}")
         if kernels_differ:
@@ -230,33 +284,6 @@ def run_compare(args: argparse.Namespace) -> int:
     console.print(steps)
     if not launches:
         console.print("no GPU kernels or launch calls in either trace (CPU-only runs): launches not shown")
-
-    kernels = diff.per_kernel
-    what = "GPU kernels" if diff.level == "gpu" else "CPU ops"
-    # A kernel present on one side only has no delta; its own time is the change.
-    change = time_change(kernels).abs()
-    shown = kernels.loc[change.sort_values(ascending=False, kind="stable").index].head(args.top)
-    table = Table(title=f"{what} by step: the {len(shown)} largest changes of {len(kernels)} (us)")
-    table.add_column("step", overflow="fold")
-    table.add_column("name (A -> B when they differ)", overflow="fold")
-    for name in ("A us", "B us", "delta us", "B/A", "count A -> B"):
-        table.add_column(name, justify="right", no_wrap=True)
-    for row in shown.itertuples(index=False):
-        table.add_row(
-            _cell(row.step),
-            _change(kernel_name(row.a_name), kernel_name(row.b_name)),
-            _us(row.a_us),
-            _us(row.b_us),
-            _delta(row.delta_us),
-            _ratio(row.ratio),
-            f"{_count(row.a_count)} -> {_count(row.b_count)}",
-        )
-    console.print(table)
-    for label, names in (("added in B", diff.added), ("removed in B", diff.removed)):
-        console.print(f"[bold]{label}[/] ({len(names)}){':' if names else ': none'}", soft_wrap=True)
-        for found in names:
-            console.print(f"  {kernel_name(found)}", soft_wrap=True, markup=False, highlight=False)
-    return 0
 
 
 def find_tensorboard() -> str | None:

@@ -69,6 +69,11 @@ class StepRecord:
         return [v for v in self.violations if v.effective]
 
     def summary(self) -> str:
+        """One line: output shape, kernel, layouts, stats, and every broken contract in words.
+
+        The violations are spelled out (not counted): a summary is read to learn what went wrong, and
+        each message already says whether the misread is harmful or harmless at this shape.
+        """
         shape = tuple(self.output.shape) if self.output is not None else "-"
         parts = [f"{self.name}: {shape}", f"kernel {self.kernel or '-'}"]
         if self.scale_layout:
@@ -77,6 +82,11 @@ class StepRecord:
             parts.append(f"weight {self.weight_layout}")
         if self.stats:
             parts.append(f"amax {self.stats.amax:.3g}, nan {self.stats.nan}, inf {self.stats.inf}")
-        if self.violations:
-            parts.append(f"{len(self.violations)} violation(s)")
-        return "; ".join(parts)
+        line = "; ".join(parts)
+        if len(self.violations) == 1:
+            line += f"; violation: {self.violations[0]}"
+        elif self.violations:
+            # Messages contain '; ' themselves, so each is numbered to keep them apart.
+            listed = " ".join(f"({i}) {v}" for i, v in enumerate(self.violations, 1))
+            line += f"; {len(self.violations)} violations: {listed}"
+        return line

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from .._stdio import without_kineto_start_stop
 from ..analysis.report_json import write_atomically
 from .chrome import is_trace_file
 
@@ -185,13 +186,17 @@ class ProfileSession:
             self._profiler = torch.profiler.profile(
                 activities=activities, record_shapes=self.record_shapes, on_trace_ready=self._write_trace
             )
-            self._profiler.__enter__()
+            # libkineto prints "USDT: ... profiler_start" (and _stop) to the C-level stderr on every start
+            # and stop, at a level above ERROR, so no log level hides it alone; filtered here instead.
+            with without_kineto_start_stop():
+                self._profiler.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
             if self._profiler is not None:
-                self._profiler.__exit__(exc_type, exc, tb)  # stops, then calls _write_trace
+                with without_kineto_start_stop():
+                    self._profiler.__exit__(exc_type, exc, tb)  # stops, then calls _write_trace
         finally:
             self._state = "done"
             if not self.gzip:

@@ -117,8 +117,10 @@ class Trace:
     step and kernel (of the enclosing ``mla.<step>[<kernel>]`` range; missing outside every step),
     shapes (record_shapes input dims), kind (step, cpu_op, runtime, kernel, memcpy, memset,
     gpu_annotation, annotation, instant, other), correlation (launch <-> kernel id), range_id (row of
-    the enclosing step range, -1 outside) and source (the file). start_us keeps each file's own
-    timestamps, shifted only to align files of different ranks by their base time.
+    the enclosing step range, -1 outside) and source (the file). start_us counts from the trace's
+    first event (0.0), every rank on one clock (files of different ranks aligned by their base time);
+    `origin_us` is that zero in the tracer's own timestamps (Kineto's are since boot, ~1e12 us), so
+    ``start_us + origin_us`` is the time written in the file.
     """
 
     def __init__(
@@ -127,11 +129,13 @@ class Trace:
         meta: dict | None = None,
         warnings: Iterable[str] = (),  # shadows the module only inside __init__, which does not use it
         paths: Iterable[Path] = (),
+        origin_us: float = 0.0,
     ) -> None:
         self.events = events
         self.meta: dict = dict(meta or {})
         self.warnings: list[str] = list(warnings)
         self.paths: list[Path] = list(paths)
+        self.origin_us = float(origin_us)
 
     # -- basic facts ---------------------------------------------------------------------------------
     @property
@@ -535,10 +539,14 @@ def load_trace(path_or_dir: str | Path) -> Trace:
         raws.append(raw)
     ranks = _assign_ranks(raws, notes)
     events = build_events(raws, ranks, notes)
+    # Relative times: absolute Kineto timestamps (~5e12 us) print as 5.275734e+12 and hide the
+    # differences that matter; the shift is one subtraction, exact at these magnitudes.
+    origin = float(events["start_us"].min()) if len(events) else 0.0
+    events["start_us"] = events["start_us"] - origin
     meta = _read_meta(folder, notes)
     if len(events) and not (events["kind"] == STEP).any():
         notes.append(
             f"no {STEP_RANGE_PREFIX}<step>[<kernel>] ranges: events are not attributed to steps "
             "(profile an mla_debug layer run, or a run of this version of mla_debug)"
         )
-    return Trace(events, meta, notes, files)
+    return Trace(events, meta, notes, files, origin_us=origin)

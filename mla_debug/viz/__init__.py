@@ -2,7 +2,7 @@
 plots of the fused norm+quant accuracy study.
 
     from mla_debug.viz import error_heatmap, block_heatmap, summary_styler, steps_styler, write_html
-    from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler
+    from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler, trace_table_styler
     from mla_debug.viz import group_error_heatmap, error_histogram
 
 plotly and pandas are imported inside the functions, so importing this package needs neither.
@@ -15,7 +15,7 @@ from .normquant_plots import error_histogram, group_error_heatmap
 from .report import render_html, write_html
 from .tables import steps_styler, summary_styler
 from .timeline import short_name, step_bars, timeline
-from .trace_tables import kernel_table_styler, trace_diff_styler
+from .trace_tables import kernel_table_styler, trace_diff_styler, trace_table_styler
 
 __all__ = [
     "block_heatmap",
@@ -30,5 +30,6 @@ __all__ = [
     "summary_styler",
     "timeline",
     "trace_diff_styler",
+    "trace_table_styler",
     "write_html",
 ]

@@ -2,8 +2,9 @@
 
     kernel_table_styler(trace)          # top 20 GPU kernels (CPU ops on a CPU-only trace) by total time
     trace_diff_styler(diff)             # per-step time of run A vs run B, big changes highlighted
+    trace_table_styler(frame)           # any other table of a Trace (events, gaps, a critical sequence)
 
-Both return a pandas Styler (display it in a notebook, or `.to_html()` it into a report). Names are
+Each returns a pandas Styler (display it in a notebook, or `.to_html()` it into a report). Names are
 HTML-escaped: op and kernel names are data (templated C++ kernel names are full of '<' and '>').
 """
 
@@ -81,6 +82,20 @@ def kernel_table_styler(trace: Any, gpu: bool | None = None, top: int | None = 2
     if "share" in frame.columns and len(frame):
         styler = styler.bar(subset=["share"], color=SHARE_BAR, vmin=0.0, vmax=1.0)
     return styler.set_properties(subset=["name"], **{"max-width": "48em", "word-break": "break-all"})
+
+
+def trace_table_styler(frame: Any, caption: str = "", full_names: bool = False) -> Styler:
+    """Any table of a `Trace` (`trace.events`, `gpu_idle_gaps()`, `critical_sequence(...)`, `per_step()`)
+    with readable numbers: times (``*_us``) in microseconds with one decimal and thousands separators,
+    counts as integers, share as a percentage; the frame itself keeps its raw floats.
+
+    Times in these tables count from the trace's first event (`Trace.origin_us` is that zero in the
+    tracer's clock). Demangled kernel names are cut to one line unless `full_names`.
+
+    >>> trace_table_styler(trace.gpu_idle_gaps(min_us=5).nlargest(10, "gap_us"), "longest GPU idle gaps")
+    """
+    names = ("name", "before", "after", "a_name", "b_name")
+    return _styled(_shorten(frame, names, full_names), caption)
 
 
 def time_change(frame):

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
 import mla_debug as md
-from mla_debug.parallel.distributed import run_ranks_distributed
+from mla_debug.parallel import RankError
+from mla_debug.parallel.distributed import _how_it_ended, _relay, run_ranks_distributed
+
+REPO = Path(md.__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +77,75 @@ def payload(tiny, **extra):
 
 
 def test_a_failing_rank_ends_the_run_with_its_error(tiny):
-    with pytest.raises(RuntimeError, match=r"rank 1 failed:(.|\n)*injected failure on rank 1"):
+    with pytest.raises(RankError, match=r"rank 1 failed:(.|\n)*injected failure on rank 1") as caught:
         run_ranks_distributed(payload(tiny, fail_rank=1), world=2, timeout=120)
+    assert (caught.value.rank, caught.value.cause) == (1, "raised")
     assert multiprocessing.active_children() == []
+
+
+def test_a_rank_that_dies_without_reporting_shows_its_own_output(tiny):
+    with pytest.raises(RankError) as caught:
+        run_ranks_distributed(payload(tiny, crash_rank=1), world=2, timeout=120)
+    error = caught.value
+    assert (error.rank, error.cause, error.exitcode) == (1, "died", 70)
+    message = str(error)
+    # Rank 0 may notice the lost peer and report its own error first; the crash stays the cause shown.
+    assert re.match(
+        r"rank 1 exited with code 70 before reporting( \(then rank 0 failed: .*\))?; its output:\n", message
+    )
+    # What it printed from Python and what it wrote straight to descriptor 2, as native code does.
+    assert "rank 1 is about to crash" in message and "native message from rank 1" in message
+    assert "rank 0" not in error.output  # each rank's output is its own
+    assert multiprocessing.active_children() == []
+
+
+def test_how_a_rank_ended_in_words():
+    assert _how_it_ended(3) == "exited with code 3"
+    assert _how_it_ended(-11) == "was killed by SIGSEGV"
+    assert _how_it_ended(-9).startswith("was killed by SIGKILL (") and "out-of-memory" in _how_it_ended(-9)
+
+
+def test_what_ranks_printed_is_passed_on_prefixed(tmp_path, capsys):
+    logs = [tmp_path / "rank0.log", tmp_path / "rank1.log", tmp_path / "missing.log"]
+    logs[0].write_text("")
+    logs[1].write_text("a warning\nsecond line\n")
+    _relay(logs)
+    assert capsys.readouterr().err == "[rank 1] a warning\n[rank 1] second line\n"
+
+
+SCRIPT_WITHOUT_GUARD = """\
+    import torch
+
+    import mla_debug as md
+
+    print("top level of the script ran", flush=True)
+    cfg = md.MLAConfig.preset("tiny")
+    ckpt = md.Checkpoint.synthetic(cfg, seed=0)
+    hidden = torch.randn(4, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    md.run_layer(cfg, ckpt, hidden, torch.arange(4), tp_size=2, executor="distributed", timeout=120)
+"""
+
+
+def test_a_script_without_main_guard_is_told_to_add_one(tmp_path):
+    script = tmp_path / "no_guard.py"
+    script.write_text(textwrap.dedent(SCRIPT_WITHOUT_GUARD))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    # The bound only turns a hang into a failure; the run itself ends as soon as a rank dies.
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280
+    )
+    assert done.returncode == 1, done.stderr
+    err = done.stderr
+    assert f"the script that called run_layer(executor='distributed') ({script}) has no " in err
+    assert "`if __name__ == '__main__':` guard. Ranks start with spawn and re-import that script" in err
+    assert "Put the calls under the guard:" in err and '    if __name__ == "__main__":\n        main()' in err
+    assert "RankError" in err
+    # The rank's own output: the script's print from its re-import, then multiprocessing's complaint.
+    output = err[re.search(r"rank \d's output:\n", err).end() :]
+    assert "top level of the script ran\n" in output, err
+    assert "finished its bootstrapping phase" in err
+    # The parent printed its own line once; the ranks' copies are in the error, not on the terminal.
+    assert done.stdout.count("top level of the script ran") == 1
 
 
 def test_a_run_past_its_timeout_is_killed(tiny):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -230,3 +231,29 @@ def test_v4_ranges_name_the_kernel_each_step_calls(profiles):
     assert (kernels["wo_a"], kernels["q_norm"], kernels["inverse_rope"]) == ("bmm", "rmsnorm", "rope")
     # The ROCm V4 model calls the preshuffled GEMM itself for fused_wqa_wkv and wo_b.
     assert kernels["fused_wqa_wkv"] == kernels["wo_b"] == "aiter-bpreshuffle"
+
+
+KINETO_START = b"USDT:2026-12-01 15:17:01 5579:5579 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+
+
+def test_kineto_start_stop_lines_are_dropped_and_everything_else_kept(capfd):
+    from mla_debug._stdio import without_kineto_start_stop
+
+    with without_kineto_start_stop():
+        os.write(2, KINETO_START)
+        os.write(2, b"ERROR:2026-12-01 kineto failed to do something\n")
+        os.write(2, KINETO_START.replace(b"start", b"stop"))
+        print("a Python warning", file=sys.stderr)
+    # Sorted: under pytest, Python's own writes skip descriptor 2 and may come first.
+    lines = sorted(capfd.readouterr().err.splitlines())
+    assert lines == ["ERROR:2026-12-01 kineto failed to do something", "a Python warning"]
+
+
+def test_profiling_prints_no_kineto_start_stop_lines(tiny, tmp_path, capfd):
+    with md.profile(out_dir=tmp_path):
+        torch.ones(4) @ torch.ones(4)
+    md.profile(md.run_layer, *tiny, tp_size=2, executor="distributed", out_dir=tmp_path)
+    captured = capfd.readouterr()
+    assert "profiler_start" not in captured.err and "profiler_stop" not in captured.err
+    # The ranks printed nothing else either, so nothing was passed on from them.
+    assert "[rank" not in captured.err

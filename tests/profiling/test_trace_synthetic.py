@@ -26,7 +26,9 @@ def test_begin_end_pairs_become_complete_events(gpu_trace):
     ev = gpu_trace.events
     assert set(ev["ph"]) == {"X"}
     mm = ev[ev["name"] == "aten::mm"].iloc[0]
-    assert (mm["start_us"], mm["dur_us"], mm["kind"]) == (110.0, 40.0, "cpu_op")
+    # Times count from the trace's first event (the q_b_proj range at ts 100).
+    assert gpu_trace.origin_us == 100.0
+    assert (mm["start_us"], mm["dur_us"], mm["kind"]) == (10.0, 40.0, "cpu_op")
     assert pd.isna(mm["category"])  # a missing category is tolerated
     launches = ev[ev["name"] == "cudaLaunchKernel"]
     assert list(launches["kind"]) == ["runtime"] * 3
@@ -86,7 +88,7 @@ def test_gpu_idle_gaps_exact(gpu_trace):
     assert list(gaps["gap_us"]) == [15.0, 5.0, 10.0, 80.0]
     assert list(gaps["before"]) == ["gemm_bpreshuffle", "add_kernel", "bmm_kernel", "orphan_kernel"]
     assert list(gaps["after"]) == ["add_kernel", "bmm_kernel", "orphan_kernel", "late_kernel"]
-    assert list(gaps["start_us"]) == [180.0, 235.0, 270.0, 320.0]
+    assert list(gaps["start_us"]) == [80.0, 135.0, 170.0, 220.0]  # ts 180, 235, 270, 320 in the file
     assert list(gpu_trace.gpu_idle_gaps(min_us=10)["gap_us"]) == [15.0, 10.0, 80.0]
 
 
@@ -286,3 +288,25 @@ def test_unbalanced_begin_end(tmp_path):
     assert rope["dur_us"] == 32.0  # closed at the last timestamp seen (12 + 30)
     assert any("without a matching 'B'" in w for w in trace.warnings)
     assert any("without an 'E'" in w for w in trace.warnings)
+
+
+def test_times_count_from_the_first_event_at_kineto_magnitudes(tmp_path):
+    """Kineto writes timestamps since boot (~5e12 us); tables show them from the trace's start."""
+    base = 5_275_734_123_456.789
+    events = [
+        {
+            "ph": "X",
+            "name": "mla.q_b_proj[cublas]",
+            "cat": "user_annotation",
+            "ts": base,
+            "dur": 50.5,
+            "pid": 1,
+            "tid": 1,
+        },
+        {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": base + 12.25, "dur": 20.0, "pid": 1, "tid": 1},
+    ]
+    trace = md.load_trace(write_trace(tmp_path / "kineto.json", events))
+    assert trace.origin_us == base
+    assert list(trace.events["start_us"]) == [0.0, 12.25]
+    assert "e+12" not in trace.events.to_string()
+    assert list(trace.events["start_us"] + trace.origin_us) == [base, base + 12.25]

@@ -13,7 +13,14 @@ import pytest
 import torch
 
 import mla_debug as md
-from mla_debug.viz import kernel_table_styler, short_name, step_bars, timeline, trace_diff_styler
+from mla_debug.viz import (
+    kernel_table_styler,
+    short_name,
+    step_bars,
+    timeline,
+    trace_diff_styler,
+    trace_table_styler,
+)
 from mla_debug.viz.timeline import (
     DEPTH_SHRINK,
     NO_STEP,
@@ -337,6 +344,23 @@ def test_kernel_table_styler_renders_the_top_ops(traces):
     assert styler.data["name"].tolist() == table["name"].tolist()
     assert f"{table['total_us'].iloc[0]:,.1f}" in text and f"{table['share'].iloc[0]:.1%}" in text
     assert "linear-gradient" in text  # the share bars
+
+
+def test_trace_tables_show_times_from_the_trace_start_with_one_decimal(traces):
+    trace = traces["decode"]
+    events = trace.events
+    assert events["start_us"].min() == 0.0 and trace.origin_us > 1e6  # the tracer's clock is far from 0
+    columns = ["name", "kind", "start_us", "dur_us", "rank", "step", "correlation"]
+    shown = events[events["step"].notna()].nlargest(5, "dur_us")[columns]
+    styler = trace_table_styler(shown, "longest ops inside steps")
+    text = styler.to_html()
+    assert "longest ops inside steps" in text and "e+" not in text
+    for value in shown["start_us"].tolist() + shown["dur_us"].tolist():
+        assert f">{value:,.1f}<" in text
+    assert styler.data["start_us"].tolist() == shown["start_us"].tolist()  # raw numbers kept underneath
+    gaps = pd.DataFrame({"start_us": [12345.678], "gap_us": [2.25], "before": ["k" * 300], "after": ["b"]})
+    html = trace_table_styler(gaps).to_html()
+    assert ">12,345.7<" in html and ">2.2<" in html and "k" * 300 not in html  # long names cut
 
 
 def _diff(per_step: pd.DataFrame, per_kernel: pd.DataFrame | None = None) -> SimpleNamespace:
