@@ -820,11 +820,11 @@ def test_cli_checkpoint_errors(tmp_path, capsys):
     (out / "notes.txt").write_text("mine")
     assert main(["checkpoint", "make", "--preset", "tiny", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("mla-debug checkpoint: error: Checkpoint.save: ")
+    assert err.startswith("mla-debug checkpoint make: error: Checkpoint.save: ")
     assert f"{out} already exists and is not an empty folder" in err
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     assert main(["checkpoint", "make", "--preset", "tiny-v5", "--out", str(tmp_path / "new")]) == 2
-    assert "mla-debug checkpoint: error: unknown preset 'tiny-v5'" in capsys.readouterr().err
+    assert "mla-debug checkpoint make: error: unknown preset 'tiny-v5'" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
 
 
