@@ -104,8 +104,12 @@ def _parse_shape(text: str) -> tuple[int, int]:
 
 
 def _cmd_checkpoint(args: argparse.Namespace) -> int:
-    from .model import Checkpoint
+    from .model import Checkpoint, MLAConfig
+    from .model.checkpoint import check_new_folder
 
+    # A DeepSeek-V3 layer takes seconds to build: a taken --out or a bad preset fails before that.
+    MLAConfig.preset(args.preset)
+    check_new_folder(args.out, f"--out {args.out}")
     ckpt = Checkpoint.synthetic(args.preset, seed=args.seed, quantize=not args.no_quantize, layer=args.layer)
     path = ckpt.save(args.out)
     files = sorted(p for p in path.iterdir() if p.is_file())

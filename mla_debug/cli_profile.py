@@ -143,7 +143,9 @@ def step_table(trace, title: str) -> Table:
     columns = ["step", "kernel", "wall us"] + (["GPU us"] if gpu else []) + ["CPU ops"]
     columns += (["GPU kernels"] if gpu else []) + ["share"]
     for name in columns:
-        table.add_column(name, justify="left" if name in ("step", "kernel") else "right")
+        # Step and kernel names fold in a narrow terminal or an 80-column log rather than end in "...".
+        named = name in ("step", "kernel")
+        table.add_column(name, justify="left" if named else "right", overflow="fold" if named else "ellipsis")
     for row in frame.itertuples(index=False):
         cells = [_cell(row.step), _cell(row.kernel), _us(row.wall_us)]
         cells += [_us(row.gpu_us)] if gpu else []

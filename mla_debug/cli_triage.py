@@ -148,6 +148,8 @@ def check_args(args: argparse.Namespace) -> tuple[list, object]:
         check_output_file(args.report, ".html", "--report", "the HTML report")
     if args.json is not None:
         check_output_file(args.json, ".json", "--json", "the JSON summary")
+    if len(set(args.modes)) < len(args.modes):
+        raise ValueError(f"--modes {' '.join(args.modes)}: each mode once")
     plat = platform_of(args.platform)
     scenarios = [scenario_of(spec) for spec in args.scenario]
     check_layer_options(args.model, args.checkpoint, tp_sizes=args.tp, tokens=args.tokens, layer=args.layer)

@@ -183,6 +183,8 @@ def no_weights(monkeypatch):
         (["--platform", "mi250"], "unknown platform 'mi250'; valid: cpu"),
         (["--scenario", "vllm-pr51692", "nope"], "unknown scenario 'nope'; valid: reference"),
         (["--tokens", "0"], "tokens=0 must be >= 1"),
+        (["--tp", "4", "4"], "TP sizes [4, 4]: 4 given more than once"),
+        (["--modes", "decode", "decode"], "--modes decode decode: each mode once"),
         (["--json", "x.html"], "--json x.html: the JSON summary must be a .json file (the name ends in '.html')"),
         (["--report", "x.json"], "--report x.json: the HTML report must be a .html file (the name ends in '.json')"),
         (["--report", "report"], "--report report: the HTML report must be a .html file (the name has no suffix)"),

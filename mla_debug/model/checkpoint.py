@@ -594,12 +594,7 @@ class Checkpoint:
         exists and is not an empty folder; the files are written into a temporary sibling folder that is
         renamed into place, so `out_dir` is either complete or absent. Returns `out_dir`.
         """
-        out = Path(out_dir)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise FileExistsError(
-                f"Checkpoint.save: {out} already exists and is not an empty folder; "
-                "refusing to overwrite it (choose a new folder)"
-            )
+        out = check_new_folder(out_dir, f"Checkpoint.save: {Path(out_dir).expanduser()}")
         out.parent.mkdir(parents=True, exist_ok=True)
         prefix = f"model.layers.{self.layer}.{ATTN_PREFIX}"
         payload = {prefix + k: t.detach().contiguous().cpu() for k, t in self.tensors.items()}
@@ -627,6 +622,17 @@ class Checkpoint:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return out
+
+
+def check_new_folder(out_dir: str | os.PathLike, label: str | None = None) -> Path:
+    """`out_dir` as a folder `Checkpoint.save` may write: absent or empty (FileExistsError otherwise,
+    naming it as `label`, default its path). Callers that build a large checkpoint check it first."""
+    out = Path(out_dir).expanduser()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(
+            f"{label or out} already exists and is not an empty folder; refusing to overwrite it (choose a new folder)"
+        )
+    return out
 
 
 def _quantize_dense(

@@ -47,8 +47,8 @@ def check_layer_options(
     layer: int = 0,
 ) -> MLAConfig:
     """Resolve the config (`layer_config`) and check every option against it: each TP size shards the
-    layer (`MLAConfig.check_tp`), tokens >= 1, layer >= 0. Returns the config; raises ValueError or
-    TypeError naming the option and the rule."""
+    layer (`MLAConfig.check_tp`) and is given once, tokens >= 1, layer >= 0. Returns the config; raises
+    ValueError or TypeError naming the option and the rule."""
     for name, value in (("tokens", tokens), ("layer", layer)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise TypeError(f"{name}={value!r} must be an int")
@@ -60,6 +60,9 @@ def check_layer_options(
     bad = [tp for tp in tp_sizes if isinstance(tp, bool) or not isinstance(tp, int)]
     if bad:
         raise TypeError(f"TP sizes must be ints, got {bad}")
+    repeated = sorted({tp for tp in tp_sizes if tp_sizes.count(tp) > 1})
+    if repeated:
+        raise ValueError(f"TP sizes {tp_sizes}: {', '.join(map(str, repeated))} given more than once")
     cfg = layer_config(model, checkpoint)
     for tp in tp_sizes:
         cfg.check_tp(tp)

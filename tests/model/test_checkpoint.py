@@ -814,13 +814,19 @@ def test_cli_checkpoint_make_end_to_end(tmp_path, capsys):
     assert_same_tensors(Checkpoint.load(dense).tensors, Checkpoint.synthetic(TINY_V4, quantize=False).tensors)
 
 
-def test_cli_checkpoint_errors(tmp_path, capsys):
+def test_cli_checkpoint_errors(tmp_path, capsys, monkeypatch):
     out = tmp_path / "taken"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    assert main(["checkpoint", "make", "--preset", "tiny", "--out", str(out)]) == 2
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the weights were built before --out was checked")
+
+    # DeepSeek-V3's layer takes seconds to build; a taken folder is refused before that.
+    monkeypatch.setattr(Checkpoint, "synthetic", classmethod(refuse))
+    assert main(["checkpoint", "make", "--preset", "deepseek-v3", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("mla-debug checkpoint make: error: Checkpoint.save: ")
+    assert err.startswith("mla-debug checkpoint make: error: --out ")
     assert f"{out} already exists and is not an empty folder" in err
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     assert main(["checkpoint", "make", "--preset", "tiny-v5", "--out", str(tmp_path / "new")]) == 2

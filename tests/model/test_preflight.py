@@ -42,6 +42,7 @@ def test_checks_every_option_against_the_config(no_weights):
         (dict(tp_sizes=(1, 3)), ValueError, "deepseek-v3: tp_size=3 does not divide num_heads=128"),
         (dict(tp_sizes=(0,)), ValueError, "deepseek-v3: tp_size=0 must be >= 1"),
         (dict(tp_sizes=(2.0,)), TypeError, r"TP sizes must be ints, got \[2.0\]"),
+        (dict(tp_sizes=(2, 4, 2)), ValueError, r"TP sizes \[2, 4, 2\]: 2 given more than once"),
         (dict(tokens=0), ValueError, "tokens=0 must be >= 1"),
         (dict(tokens=True), TypeError, "tokens=True must be an int"),
         (dict(layer=-1), ValueError, "layer=-1 must be >= 0"),
