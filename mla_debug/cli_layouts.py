@@ -108,38 +108,33 @@ def _layouts_read_dump(path, layer: int | None, role: str) -> tuple[dict, str, i
     ``kv_b_proj.weight`` (the checkpoint's short names) for the chosen layer; other layers are skipped."""
     import re
 
-    from safetensors import SafetensorError, safe_open
+    from .model.checkpoint import open_safetensors
 
     layer_key = re.compile(r"^(?:.*?\.)?layers\.(\d+)\.(.+)$")
-    try:
-        with safe_open(str(path), framework="pt") as handle:  # reads the header; tensors on demand
-            keys = list(handle.keys())
-            by_layer: dict[int, list[tuple[str, str]]] = {}
-            unlayered: list[tuple[str, str]] = []
-            for key in keys:
-                match = layer_key.match(key)
-                if match is None:
-                    unlayered.append((key.removeprefix("self_attn."), key))
-                else:
-                    by_layer.setdefault(int(match.group(1)), []).append(
-                        (match.group(2).removeprefix("self_attn."), key)
-                    )
-            if layer is None and len(by_layer) > 1:
-                raise LookupError(f"{role} {path} holds tensors of layers {sorted(by_layer)}; choose one with --layer")
-            chosen = layer if layer is not None else next(iter(by_layer), None)
-            if by_layer and chosen not in by_layer:
-                raise LookupError(
-                    f"{role} {path} holds tensors of layers {sorted(by_layer)}, none of layer {chosen}; "
-                    "choose one with --layer"
-                )
-            names: dict[str, str] = {}
-            for short, key in unlayered + by_layer.get(chosen, []):
-                if short in names:
-                    raise ValueError(f"{role} {path}: keys {names[short]!r} and {key!r} both name tensor {short!r}")
-                names[short] = key
-            tensors = {short: handle.get_tensor(key) for short, key in names.items()}
-    except SafetensorError as err:
-        raise ValueError(f"{role} {path} is not a readable safetensors file ({err})") from None
+    with open_safetensors(path, f"{role} {path}") as handle:  # reads the header; tensors on demand
+        keys = list(handle.keys())
+        by_layer: dict[int, list[tuple[str, str]]] = {}
+        unlayered: list[tuple[str, str]] = []
+        for key in keys:
+            match = layer_key.match(key)
+            if match is None:
+                unlayered.append((key.removeprefix("self_attn."), key))
+            else:
+                by_layer.setdefault(int(match.group(1)), []).append((match.group(2).removeprefix("self_attn."), key))
+        if layer is None and len(by_layer) > 1:
+            raise LookupError(f"{role} {path} holds tensors of layers {sorted(by_layer)}; choose one with --layer")
+        chosen = layer if layer is not None else next(iter(by_layer), None)
+        if by_layer and chosen not in by_layer:
+            raise LookupError(
+                f"{role} {path} holds tensors of layers {sorted(by_layer)}, none of layer {chosen}; "
+                "choose one with --layer"
+            )
+        names: dict[str, str] = {}
+        for short, key in unlayered + by_layer.get(chosen, []):
+            if short in names:
+                raise ValueError(f"{role} {path}: keys {names[short]!r} and {key!r} both name tensor {short!r}")
+            names[short] = key
+        tensors = {short: handle.get_tensor(key) for short, key in names.items()}
     about = f"safetensors dump, {len(tensors)} tensors"
     if by_layer:
         about += f" of layer {chosen}"

@@ -31,21 +31,50 @@ def add_parser(sub) -> None:
         description="Run one attention layer under torch.profiler (after warm-up runs) and write its trace "
         "to a fresh folder; print the time, ops and kernels of every step.",
     )
-    profile.add_argument("--model", default="tiny", help="MLAConfig preset, e.g. tiny, tiny-v4, deepseek-v3")
-    profile.add_argument("--platform", default="mi355x")
-    profile.add_argument("--scenario", default="vllm-pr51692", help="scenario name or YAML/JSON scenario file")
-    profile.add_argument("--tp", type=int, default=1, help="TP size")
-    profile.add_argument("--mode", default="prefill", choices=["prefill", "decode"])
-    profile.add_argument("--tokens", type=int, default=16)
-    profile.add_argument("--seed", type=int, default=0)
-    profile.add_argument("--executor", default="simulated", choices=["simulated", "distributed"])
-    profile.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    from .kernels import platform_names
+    from .model import PRESETS
+    from .scenarios import scenario_names
+
+    profile.add_argument(
+        "--model", default="tiny", metavar="PRESET", help=f"model preset: {', '.join(PRESETS)} (default: tiny)"
+    )
+    profile.add_argument(
+        "--platform",
+        default="mi355x",
+        metavar="NAME",
+        help=f"platform preset: {', '.join(platform_names())} (default: mi355x)",
+    )
+    profile.add_argument(
+        "--scenario",
+        default="vllm-pr51692",
+        metavar="NAME_OR_FILE",
+        help=f"built-in scenario ({', '.join(scenario_names())}) or a .yml/.yaml/.json scenario file "
+        "(default: vllm-pr51692)",
+    )
+    profile.add_argument("--tp", type=int, default=1, metavar="N", help="TP size (default: 1)")
+    profile.add_argument("--mode", default="prefill", choices=["prefill", "decode"], help="default: prefill")
+    profile.add_argument("--tokens", type=int, default=16, metavar="N", help="tokens in the input, >= 1 (default: 16)")
+    profile.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and input (default: 0)")
+    profile.add_argument(
+        "--executor",
+        default="simulated",
+        choices=["simulated", "distributed"],
+        help="simulated: every rank in this process; distributed: one process per rank (torch.distributed)",
+    )
+    profile.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to run (default: cpu)")
     profile.add_argument("--warmup", type=int, default=1, help="unprofiled runs first, so one-time work is left out")
-    profile.add_argument("--out", default="profiles", help="parent folder of the run's fresh trace folder")
+    profile.add_argument(
+        "--out", default="profiles", metavar="DIR", help="parent folder of the run's fresh trace folder"
+    )
     profile.set_defaults(func=run_profile)
 
-    traces = sub.add_parser("traces", help="work with recorded traces (`traces compare A B`)")
-    traces_sub = traces.add_subparsers(dest="action", required=True)
+    traces = sub.add_parser(
+        "traces",
+        help="work with recorded traces (`traces compare A B`)",
+        description="Recorded traces: `traces compare A B` prints per-step and per-kernel time of B against A "
+        "and the kernels added or removed.",
+    )
+    traces_sub = traces.add_subparsers(dest="action", required=True, metavar="ACTION")
     compare = traces_sub.add_parser(
         "compare",
         help="per-step and per-kernel time of trace B against trace A; kernels added or removed",
@@ -114,7 +143,9 @@ def step_table(trace, title: str) -> Table:
     columns = ["step", "kernel", "wall us"] + (["GPU us"] if gpu else []) + ["CPU ops"]
     columns += (["GPU kernels"] if gpu else []) + ["share"]
     for name in columns:
-        table.add_column(name, justify="left" if name in ("step", "kernel") else "right")
+        # Step and kernel names fold in a narrow terminal or an 80-column log rather than end in "...".
+        named = name in ("step", "kernel")
+        table.add_column(name, justify="left" if named else "right", overflow="fold" if named else "ellipsis")
     for row in frame.itertuples(index=False):
         cells = [_cell(row.step), _cell(row.kernel), _us(row.wall_us)]
         cells += [_us(row.gpu_us)] if gpu else []
@@ -129,19 +160,23 @@ def step_table(trace, title: str) -> Table:
 def run_profile(args: argparse.Namespace) -> int:
     import torch
 
-    from .model import Checkpoint, MLAConfig
-    from .parallel import run_layer
+    from .cli_common import check_output_folder
+    from .kernels import platform as platform_of
+    from .model import Checkpoint
+    from .model.preflight import check_layer_options
+    from .parallel import check_device, run_layer
     from .profiling import profile
     from .scenarios import scenario as scenario_of
 
-    if args.tokens < 1:
-        raise ValueError(f"tokens={args.tokens} must be >= 1")
+    # Everything checked before the checkpoint is built, naming the rule broken.
     if args.warmup < 0:
         raise ValueError(f"warmup={args.warmup} must be >= 0")
-    console = Console()
-    cfg = MLAConfig.preset(args.model)
-    cfg.check_tp(args.tp)  # fails before the checkpoint is built, naming the rule
+    cfg = check_layer_options(args.model, tp_sizes=[args.tp], tokens=args.tokens)
+    platform_of(args.platform)
     scen = scenario_of(args.scenario)
+    check_device(args.device)
+    check_output_folder(args.out, "--out")
+    console = Console()
     ckpt = Checkpoint.synthetic(cfg, seed=args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     hidden = torch.randn(args.tokens, cfg.hidden_size, generator=gen).to(torch.bfloat16)

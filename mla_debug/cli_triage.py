@@ -7,32 +7,74 @@ import math
 from pathlib import Path
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 
 def add_parser(sub) -> None:
+    from .kernels import platform_names
+    from .model import PRESETS
+    from .scenarios import scenario_names
+
     parser = sub.add_parser(
         "triage",
         help="run a layer at several TP sizes under a serving scenario and find where and why it diverges",
         description="Run one attention layer at every TP size and mode under each scenario, compare every step "
-        "with the reference run, and name the smallest change that restores each diverged configuration.",
+        "with the reference run, and name the smallest change that restores each diverged configuration. "
+        "Options are checked before any weight is built or read.",
     )
-    parser.add_argument("--model", default="deepseek-v3", help="preset name (ignored with --checkpoint)")
-    parser.add_argument("--platform", default="mi355x")
+    parser.add_argument(
+        "--model",
+        default="deepseek-v3",
+        metavar="PRESET",
+        help=f"model preset: {', '.join(PRESETS)} (default: deepseek-v3; with --checkpoint its config.json is used)",
+    )
+    parser.add_argument(
+        "--platform",
+        default="mi355x",
+        metavar="NAME",
+        help=f"platform whose kernels and fp8 format are emulated: {', '.join(platform_names())} (default: mi355x)",
+    )
     parser.add_argument(
         "--scenario",
         nargs="+",
         default=["vllm-pr51692"],
-        help="scenario names or YAML/JSON scenario files; several share one set of reference runs",
+        metavar="NAME_OR_FILE",
+        help=f"built-in scenarios ({', '.join(scenario_names())}) or .yml/.yaml/.json scenario files; several "
+        "share one set of reference runs (default: vllm-pr51692)",
     )
-    parser.add_argument("--tp", nargs="+", type=int, default=[1, 2, 4, 8], help="TP sizes")
-    parser.add_argument("--tokens", type=int, default=16)
-    parser.add_argument("--modes", nargs="+", default=["prefill", "decode"], choices=["prefill", "decode"])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint", default=None, help="checkpoint folder (safetensors, Hugging Face layout)")
-    parser.add_argument("--layer", type=int, default=0, help="layer index inside --checkpoint")
-    parser.add_argument("--report", default=None, help="write a self-contained HTML report here (never overwritten)")
-    parser.add_argument("--json", default=None, help="write the JSON summary here (never overwritten)")
+    parser.add_argument(
+        "--tp", nargs="+", type=int, default=[1, 2, 4, 8], metavar="N", help="TP sizes (default: 1 2 4 8)"
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=16, metavar="N", help="tokens in the layer's input, >= 1 (default: 16)"
+    )
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["prefill", "decode"],
+        choices=["prefill", "decode"],
+        help="prefill (the full attention) and/or decode (MLA's absorbed form) (default: both)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and inputs (default: 0)")
+    parser.add_argument(
+        "--checkpoint", default=None, metavar="DIR", help="checkpoint folder (safetensors, Hugging Face layout)"
+    )
+    parser.add_argument(
+        "--layer", type=int, default=0, metavar="N", help="layer index inside --checkpoint (default: 0)"
+    )
+    parser.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE.html",
+        help="write a self-contained HTML report here (an existing file is kept: the report goes to FILE-2.html)",
+    )
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE.json",
+        help="write the JSON summary here (an existing file is kept: the summary goes to FILE-2.json)",
+    )
     parser.add_argument("--no-bisect", action="store_true", help="skip the culprit search")
     parser.add_argument(
         "--device",
@@ -46,29 +88,45 @@ def add_parser(sub) -> None:
 def _paths_for(base: str | None, scenario: str, several: bool) -> Path | None:
     if base is None:
         return None
-    path = Path(base)
+    path = Path(base).expanduser()
     return path.with_name(f"{path.stem}-{scenario}{path.suffix}") if several else path
 
 
-def render(result, console: Console) -> None:
-    """The summary table (diverged rows in red) and the culprit sentences."""
+def _summary_table(result, violations: bool) -> Table:
     table = Table(title=f"{result.model} on {result.platform} under {result.scenario} ({result.tokens} tokens)")
-    for column in ("TP", "mode", "verdict", "first divergent step", "worst step", "worst rel err", "violations"):
-        table.add_column(column)
+    columns = ("TP", "mode", "verdict", "first divergent step", "worst step", "worst rel err")
+    for column in columns + (("violations",) if violations else ()):
+        # A narrow column folds a long step name onto the next line; rich's default would cut it to "..."
+        table.add_column(column, overflow="fold")
     for row in result.summary.itertuples():
         diverged = row.verdict == "diverged"
         err = row.worst_rel_err
-        table.add_row(
+        cells = [
             str(row.tp),
             row.mode,
             f"[bold red]{row.verdict}[/]" if diverged else f"[green]{row.verdict}[/]",
             row.first_divergent_step if isinstance(row.first_divergent_step, str) else "-",
             str(row.worst_step),
             f"{err:.2e}" if isinstance(err, float) and math.isfinite(err) else str(err),
-            row.violations or "-",
-            style="red" if diverged else None,
-        )
+        ]
+        table.add_row(*cells, *([row.violations or "-"] if violations else []), style="red" if diverged else None)
+    return table
+
+
+def render(result, console: Console) -> None:
+    """The summary table (diverged rows in red) and the culprit sentences."""
+    table = _summary_table(result, violations=True)
+    # A pipe or log file is 80 columns wide, too narrow for "direct-read-of-relaid-weight" in a seventh
+    # column: the violations then go under the table, one line per run, whole.
+    width = console.options.max_width
+    below = Measurement.get(console, console.options.update_width(10 * width), table).maximum > width
+    if below:
+        table = _summary_table(result, violations=False)
     console.print(table)
+    if below:
+        for row in result.summary.itertuples():
+            if row.violations:
+                console.print(f"TP{row.tp} {row.mode} violations: {row.violations}", style="red", soft_wrap=True)
     for culprit in result.culprits:
         console.print(f"[bold]culprit[/] {culprit.explanation}")
     for tp, mode in result.unresolved:
@@ -77,16 +135,37 @@ def render(result, console: Console) -> None:
         console.print("[green]every TP size and mode matches the reference within its FP8 noise floor[/]")
 
 
-def run(args: argparse.Namespace) -> int:
-    from .analysis import Workbench, triage
+def check_args(args: argparse.Namespace) -> tuple[list, object]:
+    """Every option checked before any weight is built or read (DeepSeek-V3's take seconds to build, a
+    real checkpoint's much longer to read): returns (scenarios, platform). Raises ValueError & co."""
+    from .analysis.triage import workbench_device
+    from .cli_common import check_output_file
+    from .kernels import platform as platform_of
+    from .model.preflight import check_layer_options
     from .scenarios import scenario as scenario_of
 
-    console = Console()
+    if args.report is not None:
+        check_output_file(args.report, ".html", "--report", "the HTML report")
+    if args.json is not None:
+        check_output_file(args.json, ".json", "--json", "the JSON summary")
+    if len(set(args.modes)) < len(args.modes):
+        raise ValueError(f"--modes {' '.join(args.modes)}: each mode once")
+    plat = platform_of(args.platform)
     scenarios = [scenario_of(spec) for spec in args.scenario]
-    bench = Workbench(
-        args.model, args.platform, args.tokens, args.seed, args.checkpoint, layer=args.layer, device=args.device
-    )
+    check_layer_options(args.model, args.checkpoint, tp_sizes=args.tp, tokens=args.tokens, layer=args.layer)
+    workbench_device(args.device, plat)
+    return scenarios, plat
+
+
+def run(args: argparse.Namespace) -> int:
+    from .analysis import Workbench, triage
+    from .cli_common import written
+
+    scenarios, plat = check_args(args)
+    console = Console()
+    bench = Workbench(args.model, plat, args.tokens, args.seed, args.checkpoint, layer=args.layer, device=args.device)
     several = len(scenarios) > 1
+    plain = dict(soft_wrap=True, markup=False, highlight=False)  # paths whole, a '[' in them is no markup
     for scen in scenarios:
         result = triage(
             scenario=scen,
@@ -99,8 +178,8 @@ def run(args: argparse.Namespace) -> int:
         render(result, console)
         html = _paths_for(args.report, scen.name, several)
         if html is not None:
-            console.print(f"report: {result.to_html(html)}")
+            console.print(written("report", html, result.to_html(html)), **plain)
         js = _paths_for(args.json, scen.name, several)
         if js is not None:
-            console.print(f"json: {result.to_json(js)}")
+            console.print(written("json", js, result.to_json(js)), **plain)
     return 0

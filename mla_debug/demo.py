@@ -3,18 +3,55 @@
 A TP triage of DeepSeek-V3 (real dimensions, synthetic weights) on an MI355X under vLLM PR #51692 and
 under its fix PR #56433: which TP sizes and modes diverge, at which step, why, and which change restores
 them. The HTML and JSON reports go to a fresh folder under ./reports, named at the end.
+
+`mla-debug demo` and `python -m mla_debug.demo` are the same command with the same options.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
-from rich.console import Console
-
 SCENARIOS = ("vllm-pr51692", "vllm-pr56433")
+DESCRIPTION = (
+    "The main job on built-in defaults: a TP triage of DeepSeek-V3 (real dimensions, synthetic weights) on an "
+    "MI355X under vLLM PR #51692 and its fix PR #56433 - which TP sizes and modes diverge, where, why, and the "
+    "change that restores them. HTML and JSON reports go to a fresh folder under --out."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options, defined once for `mla-debug demo` and `python -m mla_debug.demo`."""
+    from .kernels import platform_names
+    from .model import PRESETS
+
+    parser.add_argument(
+        "--model",
+        default="deepseek-v3",
+        metavar="PRESET",
+        help=f"model preset: {', '.join(PRESETS)} (default: deepseek-v3)",
+    )
+    parser.add_argument(
+        "--platform",
+        default="mi355x",
+        metavar="NAME",
+        help=f"platform preset: {', '.join(platform_names())} (default: mi355x)",
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=16, metavar="N", help="tokens in the layer's input, >= 1 (default: 16)"
+    )
+    parser.add_argument(
+        "--tp", nargs="+", type=int, default=[1, 2, 4, 8], metavar="N", help="TP sizes (default: 1 2 4 8)"
+    )
+    parser.add_argument(
+        "--out",
+        default="reports",
+        metavar="DIR",
+        help="folder under which a fresh report folder is made; earlier runs are never touched (default: reports)",
+    )
 
 
 def fresh_folder(root: Path, stem: str) -> Path:
@@ -31,33 +68,46 @@ def fresh_folder(root: Path, stem: str) -> Path:
     raise FileExistsError(f"no free report folder under {root}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .analysis import Workbench, triage
-    from .cli_triage import render
+def run(args: argparse.Namespace) -> int:
+    """The demo on parsed options; every option is checked before the weights are built."""
+    from rich.console import Console
 
-    parser = argparse.ArgumentParser(prog="mla-debug demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="deepseek-v3")
-    parser.add_argument("--platform", default="mi355x")
-    parser.add_argument("--tokens", type=int, default=16)
-    parser.add_argument("--tp", nargs="+", type=int, default=[1, 2, 4, 8])
-    parser.add_argument("--out", default="reports", help="folder under which a fresh report folder is made")
-    args = parser.parse_args(argv)
+    from .analysis import Workbench, triage
+    from .cli_common import check_output_folder
+    from .cli_triage import render
+    from .kernels import platform as platform_of
+    from .model.preflight import check_layer_options
+
+    plat = platform_of(args.platform)
+    check_layer_options(args.model, tp_sizes=args.tp, tokens=args.tokens)
+    out = check_output_folder(args.out, "--out")
 
     console = Console()
     start = time.perf_counter()
     console.print(
-        f"[bold]mla_debug[/]: TP triage of {args.model} on {args.platform}, {args.tokens} tokens, "
+        f"[bold]mla_debug[/]: TP triage of {args.model} on {plat.name}, {args.tokens} tokens, "
         f"TP {' '.join(map(str, args.tp))}, prefill and decode, under {' and '.join(SCENARIOS)}"
     )
-    bench = Workbench(args.model, args.platform, args.tokens, seed=0)
-    folder = fresh_folder(Path(args.out), f"demo-{args.model}-{args.platform}")
+    bench = Workbench(args.model, plat, args.tokens, seed=0)
+    folder = fresh_folder(out, f"demo-{args.model}-{plat.name}")
+    files = []
     for name in SCENARIOS:
         result = triage(scenario=name, tp_sizes=tuple(args.tp), bench=bench, progress=True)
         render(result, console)
-        result.to_html(folder / f"triage-{name}.html")
-        result.to_json(folder / f"triage-{name}.json")
-    console.print(f"\ndone in {time.perf_counter() - start:.1f} s; reports written to {folder.resolve()}")
+        files.append(result.to_html(folder / f"triage-{name}.html"))
+        files.append(result.to_json(folder / f"triage-{name}.json"))
+    plain = dict(soft_wrap=True, markup=False, highlight=False)  # paths whole, a '[' in them is no markup
+    console.print(f"\ndone in {time.perf_counter() - start:.1f} s; reports written to {folder.resolve()}:", **plain)
+    for file in files:
+        console.print(f"  {file.name}", **plain)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mla_debug.demo [options]`: the same command as `mla-debug demo`, errors included."""
+    from .cli import main as cli_main
+
+    return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ Every number is computed by running the emulated kernels; nothing is looked up.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
@@ -130,9 +131,16 @@ def direct_read_story(policy: KernelPolicy) -> None:
             print(f"   contract violation: {violation}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mla-debug kernel-demo", description=__doc__.splitlines()[0])
-    parser.parse_args(argv)
+DESCRIPTION = (
+    "The three silent layout bugs of aiter's preshuffled FP8 GEMM, one GEMM at a time, on DeepSeek-V3's TP8 "
+    "shapes with vLLM's kernel choice after PR #51692, emulated on the CPU: scale order (ROW_MAJOR scales "
+    "given to a kernel that reads COL_MAJOR), a weight shuffled twice, and absorbed decode reading a weight "
+    "the kernel re-laid out. Every number comes from running the emulated kernels."
+)
+
+
+def run(args: argparse.Namespace | None = None) -> int:
+    """The three stories (the command has no options)."""
     start = time.perf_counter()
     mi355x = platform("mi355x")
     tuned = TunedTable.default()
@@ -145,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     direct_read_story(policy)
     print(f"\ndone in {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mla_debug.kernel_demo`: the same command as `mla-debug kernel-demo`."""
+    from .cli import main as cli_main
+
+    return cli_main(["kernel-demo", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

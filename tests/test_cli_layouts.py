@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -198,7 +199,7 @@ def test_missing_and_unreadable_inputs_are_clear_errors(tmp_path, capsys):
     garbage.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00not json")
     assert main(["layouts", str(garbage)]) == 2
     assert capsys.readouterr().err.startswith(
-        f"mla-debug layouts: error: OBSERVED {garbage} is not a readable safetensors file ("
+        f"mla-debug layouts: error: OBSERVED {garbage} (16 bytes): its 8-byte header is not a safetensors header ("
     )
     folder = tmp_path / "no-config"
     folder.mkdir()
@@ -210,3 +211,34 @@ def test_missing_and_unreadable_inputs_are_clear_errors(tmp_path, capsys):
     notes.write_text("hello")
     assert main(["layouts", str(notes)]) == 2
     assert capsys.readouterr().err.endswith("neither a checkpoint folder nor a .safetensors file\n")
+
+
+@pytest.mark.parametrize("index", [True, False], ids=["with-index", "plain-files"])
+@pytest.mark.parametrize("role", ["OBSERVED", "REF"])
+def test_truncated_checkpoint_file_is_named_with_what_is_wrong(tmp_path, tiny, capsys, index, role):
+    folder = tiny.save(tmp_path / "ckpt")
+    if not index:
+        (folder / "model.safetensors.index.json").unlink()
+    shard = folder / "model.safetensors"
+    os.truncate(shard, shard.stat().st_size - 1000)  # a copy cut short
+    intact = tiny.save(tmp_path / "intact")
+    argv = (
+        [str(folder), "--reference", str(intact)] if role == "OBSERVED" else [str(intact), "--reference", str(folder)]
+    )
+    assert main(["layouts", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"mla-debug layouts: error: Checkpoint.load: {shard} (")
+    assert captured.err.rstrip().endswith("the file holds 2,589,080: truncated (an interrupted download or copy?)")
+    assert "Traceback" not in captured.err
+
+
+def test_truncated_dump_is_named_with_what_is_wrong(tmp_path, tiny, capsys):
+    dump = tmp_path / "observed.safetensors"
+    save_file(dict(tiny.tensors), str(dump))
+    os.truncate(dump, 5)
+    assert main(["layouts", str(dump)]) == 2
+    assert capsys.readouterr().err == (
+        f"mla-debug layouts: error: OBSERVED {dump} holds 5 bytes, fewer than the 8-byte header length a "
+        "safetensors file starts with: truncated, or not a safetensors file\n"
+    )

@@ -129,7 +129,7 @@ def test_profile_and_compare_bad_input(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []  # nothing was profiled, so no folder was made
     missing = tmp_path / "missing"
     assert main(["traces", "compare", str(missing), str(missing)]) == 2
-    assert f"mla-debug traces: error: {missing}: no such trace file or folder" in capsys.readouterr().err
+    assert f"mla-debug traces compare: error: {missing}: no such trace file or folder" in capsys.readouterr().err
 
 
 def _venv_has_tensorboard() -> bool:

@@ -22,14 +22,16 @@ import math
 import os
 import re
 import shutil
+import stat
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .._checks import describe
@@ -578,7 +580,7 @@ class Checkpoint:
         for file, items in by_file.items():
             if not file.is_file():
                 raise FileNotFoundError(f"Checkpoint.load: shard {file} (listed in {INDEX_FILE}) does not exist")
-            with safe_open(str(file), framework="pt") as handle:
+            with open_safetensors(file, f"Checkpoint.load: {file}") as handle:
                 for short, key in items:
                     tensors[short] = handle.get_tensor(key)
         fp8 = _validate(cfg, tensors, f"{where} layer {layer}")
@@ -592,12 +594,7 @@ class Checkpoint:
         exists and is not an empty folder; the files are written into a temporary sibling folder that is
         renamed into place, so `out_dir` is either complete or absent. Returns `out_dir`.
         """
-        out = Path(out_dir)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise FileExistsError(
-                f"Checkpoint.save: {out} already exists and is not an empty folder; "
-                "refusing to overwrite it (choose a new folder)"
-            )
+        out = check_new_folder(out_dir, f"Checkpoint.save: {Path(out_dir).expanduser()}")
         out.parent.mkdir(parents=True, exist_ok=True)
         prefix = f"model.layers.{self.layer}.{ATTN_PREFIX}"
         payload = {prefix + k: t.detach().contiguous().cpu() for k, t in self.tensors.items()}
@@ -614,6 +611,9 @@ class Checkpoint:
         try:
             (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
             save_file(payload, str(tmp / SAFETENSORS_FILE), metadata={"format": "pt"})
+            # safetensors writes through a private 0600 temporary file; give the checkpoint the mode the
+            # umask gives any new file (config.json's), so others can read it as they can the folder.
+            os.chmod(tmp / SAFETENSORS_FILE, stat.S_IMODE((tmp / "config.json").stat().st_mode))
             (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
             if out.exists():
                 out.rmdir()  # empty (checked above); rename cannot replace a folder portably
@@ -622,6 +622,17 @@ class Checkpoint:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return out
+
+
+def check_new_folder(out_dir: str | os.PathLike, label: str | None = None) -> Path:
+    """`out_dir` as a folder `Checkpoint.save` may write: absent or empty (FileExistsError otherwise,
+    naming it as `label`, default its path). Callers that build a large checkpoint check it first."""
+    out = Path(out_dir).expanduser()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(
+            f"{label or out} already exists and is not an empty folder; refusing to overwrite it (choose a new folder)"
+        )
+    return out
 
 
 def _quantize_dense(
@@ -685,7 +696,7 @@ def _key_files(path: Path) -> dict[str, Path]:
 def _file_keys(files: list[Path]) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for file in files:
-        with safe_open(str(file), framework="pt") as handle:  # reads the JSON header, no tensor data
+        with open_safetensors(file, f"Checkpoint.load: {file}") as handle:  # reads the JSON header, no tensor data
             for key in handle.keys():
                 if key in out:
                     raise ValueError(f"Checkpoint.load: tensor {key!r} is in both {out[key].name} and {file.name}")
@@ -697,3 +708,79 @@ def _pickle_reason(suffix: str) -> str:
     if suffix in PICKLE_SUFFIXES:
         return " (pickle formats are refused: unpickling can execute arbitrary code)"
     return ""
+
+
+# -- reading safetensors files ---------------------------------------------------------------------
+
+
+@contextmanager
+def open_safetensors(path: str | os.PathLike, label: str | None = None) -> Iterator[Any]:
+    """`safe_open` (header read now, tensors on demand) whose failures name the file, its size and what is
+    wrong with it - a truncated download is the usual cause - as a ValueError instead of a bare
+    SafetensorError. `label` is how messages name the file (default: its path).
+
+    >>> with open_safetensors("ckpt/model-00001-of-00163.safetensors") as handle: ...
+    """
+    path = Path(path)
+    label = str(path) if label is None else label
+    try:
+        handle = safe_open(str(path), framework="pt")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{label} does not exist") from None
+    except SafetensorError as err:
+        raise ValueError(safetensors_problem(path, err, label)) from None
+    except OSError as err:
+        raise ValueError(f"{label} cannot be read ({err.strerror or err})") from None
+    with handle:
+        try:
+            yield handle
+        except SafetensorError as err:
+            raise ValueError(safetensors_problem(path, err, label)) from None
+
+
+def safetensors_problem(path: Path, err: Exception, label: str | None = None) -> str:
+    """What is wrong with a safetensors file that failed to open, in words, from its own bytes.
+
+    The format is an 8-byte little-endian header length, that many bytes of JSON naming each tensor's
+    byte range (``data_offsets``) in the data that follows, then the data; the file ends where the data
+    does. Each way of breaking that gets its own sentence; anything else falls back to `err`.
+    """
+    label = str(path) if label is None else label
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as file:
+            head = file.read(8)
+            if len(head) < 8:
+                return (
+                    f"{label} holds {size:,} bytes, fewer than the 8-byte header length a safetensors file "
+                    "starts with: truncated, or not a safetensors file"
+                )
+            header_len = int.from_bytes(head, "little")
+            if header_len > size - 8:
+                return (
+                    f"{label} ({size:,} bytes): its first 8 bytes announce a {header_len:,}-byte header, more "
+                    "than the file holds: truncated, or not a safetensors file"
+                )
+            raw = file.read(header_len)
+    except OSError as os_err:
+        return f"{label} cannot be read ({os_err.strerror or os_err})"
+    try:
+        header = json.loads(raw)
+        ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+        if not all(isinstance(end, int) and not isinstance(end, bool) for end in ends):
+            raise TypeError("data_offsets are not integers")
+        data_len = max(ends, default=0)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return f"{label} ({size:,} bytes): its {header_len:,}-byte header is not a safetensors header ({err})"
+    held = size - 8 - header_len
+    if held < data_len:
+        return (
+            f"{label} ({size:,} bytes): the header says {data_len:,} bytes of tensor data, the file holds "
+            f"{held:,}: truncated (an interrupted download or copy?)"
+        )
+    if held > data_len:
+        return (
+            f"{label} ({size:,} bytes): the file holds {held - data_len:,} bytes more than the {data_len:,} "
+            "bytes of tensor data its header describes: not written by safetensors, or two files run together"
+        )
+    return f"{label} ({size:,} bytes) is not a readable safetensors file ({err})"

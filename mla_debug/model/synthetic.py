@@ -28,8 +28,8 @@ import math
 from collections.abc import Mapping
 
 import torch
-from tqdm.auto import tqdm
 
+from .._progress import progress as progress_of
 from ..numerics import Fp8Format, QuantFlavor, block_quantize
 
 LINEAR_STD_GAIN = 0.5
@@ -105,7 +105,7 @@ def synthetic_tensors(
     is freed before the next module), adding ``<module>.weight_scale_inv`` (fp32) after its weight.
     """
     out: dict[str, torch.Tensor] = {}
-    for key, shape in tqdm(shapes.items(), desc=desc, unit="module", disable=not progress, leave=False):
+    for key, shape in progress_of(shapes.items(), desc=desc, unit="module", enabled=progress):
         sub_seed = module_seed(seed, key)
         if len(shape) == 1:
             out[key] = synthetic_norm(shape[0], sub_seed)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -18,7 +20,7 @@ import mla_debug.model.checkpoint as checkpoint_module
 from mla_debug.cli import main
 from mla_debug.layouts import QuantizedWeight
 from mla_debug.model import PRESETS, Checkpoint, MLAConfig, expected_shapes
-from mla_debug.model.checkpoint import hf_config
+from mla_debug.model.checkpoint import hf_config, open_safetensors
 from mla_debug.model.synthetic import BLOCK_FACTOR_RANGE, NORM_RANGE, OUTLIER_COLUMNS, OUTLIER_GAIN_RANGE
 from mla_debug.numerics import E4M3FN, E4M3FNUZ, Fp8OverflowWarning, block_dequantize, block_quantize
 
@@ -725,6 +727,71 @@ def test_load_index_errors(tmp_path, tiny):
         Checkpoint.load(folder)
 
 
+def test_save_gives_every_file_the_umask_mode(tmp_path, tiny):
+    # safetensors writes through a private 0600 file; the checkpoint must be as readable as any new file.
+    for umask in (0o022, 0o027):
+        previous = os.umask(umask)
+        try:
+            out = tiny.save(tmp_path / f"umask-{umask:o}")
+        finally:
+            os.umask(previous)
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+        assert modes == dict.fromkeys(modes, 0o666 & ~umask), (oct(umask), modes)
+
+
+def _two_shards(folder, tiny, index: bool):
+    """`tiny` split over two shard files (with or without the index); returns (folder, the q_* shard)."""
+    state = prefixed(tiny)
+    q = {k: t for k, t in state.items() if ".q_" in k}
+    rest = {k: t for k, t in state.items() if k not in q}
+    names = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    write_sharded(folder, TINY, {names[0]: q, names[1]: rest}, index=index)
+    return folder, folder / names[0]
+
+
+@pytest.mark.parametrize("index", [True, False], ids=["sharded-with-index", "plain-files"])
+def test_load_names_a_truncated_file_and_what_is_wrong(tmp_path, tiny, index):
+    folder, shard = _two_shards(tmp_path / "ckpt", tiny, index)
+    header_len = int.from_bytes(shard.read_bytes()[:8], "little")
+    data_len = shard.stat().st_size - 8 - header_len
+    os.truncate(shard, 8 + header_len + 1000)  # a download cut short inside the tensor data
+    with pytest.raises(ValueError) as err:
+        Checkpoint.load(folder)
+    assert str(err.value) == (
+        f"Checkpoint.load: {shard} ({8 + header_len + 1000:,} bytes): the header says {data_len:,} bytes of "
+        "tensor data, the file holds 1,000: truncated (an interrupted download or copy?)"
+    )
+
+
+def test_safetensors_problem_names_each_way_a_file_breaks(tmp_path, tiny):
+    good = tmp_path / "good.safetensors"
+    save_file({"w": torch.zeros(4, 4)}, str(good))
+    raw = good.read_bytes()
+    header_len = int.from_bytes(raw[:8], "little")
+    cases = {
+        "short": (raw[:5], "holds 5 bytes, fewer than the 8-byte header length a safetensors file starts with"),
+        "cut-header": (raw[: 8 + header_len // 2], f"announce a {header_len:,}-byte header, more than the file holds"),
+        "not-json": ((8).to_bytes(8, "little") + b"not json", "its 8-byte header is not a safetensors header ("),
+        "trailing": (
+            raw + b"junk",
+            "the file holds 4 bytes more than the 64 bytes of tensor data its header describes",
+        ),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / f"{name}.safetensors"
+        path.write_bytes(content)
+        with pytest.raises(ValueError) as err:
+            with open_safetensors(path, f"dump {path}"):
+                pass
+        assert str(err.value).startswith(f"dump {path}"), name
+        assert message in str(err.value), (name, str(err.value))
+    with open_safetensors(good) as handle:
+        assert list(handle.keys()) == ["w"]
+    with pytest.raises(FileNotFoundError, match="nothing.safetensors does not exist"):
+        with open_safetensors(tmp_path / "nothing.safetensors"):
+            pass
+
+
 # -- CLI -------------------------------------------------------------------------------------------
 
 
@@ -747,17 +814,23 @@ def test_cli_checkpoint_make_end_to_end(tmp_path, capsys):
     assert_same_tensors(Checkpoint.load(dense).tensors, Checkpoint.synthetic(TINY_V4, quantize=False).tensors)
 
 
-def test_cli_checkpoint_errors(tmp_path, capsys):
+def test_cli_checkpoint_errors(tmp_path, capsys, monkeypatch):
     out = tmp_path / "taken"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    assert main(["checkpoint", "make", "--preset", "tiny", "--out", str(out)]) == 2
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the weights were built before --out was checked")
+
+    # DeepSeek-V3's layer takes seconds to build; a taken folder is refused before that.
+    monkeypatch.setattr(Checkpoint, "synthetic", classmethod(refuse))
+    assert main(["checkpoint", "make", "--preset", "deepseek-v3", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("mla-debug checkpoint: error: Checkpoint.save: ")
+    assert err.startswith("mla-debug checkpoint make: error: --out ")
     assert f"{out} already exists and is not an empty folder" in err
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     assert main(["checkpoint", "make", "--preset", "tiny-v5", "--out", str(tmp_path / "new")]) == 2
-    assert "mla-debug checkpoint: error: unknown preset 'tiny-v5'" in capsys.readouterr().err
+    assert "mla-debug checkpoint make: error: unknown preset 'tiny-v5'" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
 
 
