@@ -14,18 +14,21 @@ profiles itself and writes ``rank<r>.<ns>.pt.trace.json.gz`` into the run folder
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import gzip as _gzip
 import inspect
 import json
 import os
 import platform as _platform
+import re
 import shutil
 import socket
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +117,42 @@ def describe_call(fn: Callable, args: tuple, kwargs: dict) -> dict:
     return found
 
 
+# Kineto (torch.profiler's C++ side) writes one of these to the process's stderr each time a profiler
+# starts or stops, e.g. "USDT:2026-12-01 15:18:00 7342:7342 SyncActivityProfilerHandler.cpp:52]
+# profiler_start". They are tracing probes, not messages, yet a notebook shows them as red error boxes.
+_KINETO_MARKER = re.compile(r"^USDT:.*\] profiler_(start|stop)\s*$")
+
+
+@contextlib.contextmanager
+def _without_kineto_markers() -> Iterator[None]:
+    """Run the block with the process's stderr (fd 2, where C++ writes) sent to a temporary file, then
+    pass on every line of it but Kineto's start/stop markers. Python's own sys.stderr is flushed on both
+    sides so nothing written before or after changes order."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 at all (a detached process): nothing to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept = [
+                line
+                for line in sink.read().decode("utf-8", errors="replace").splitlines(keepends=True)
+                if not _KINETO_MARKER.match(line)
+            ]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
 def _is_distributed_run_layer(fn: Callable, call: dict) -> bool:
     from ..parallel.run import run_layer
 
@@ -185,13 +224,15 @@ class ProfileSession:
             self._profiler = torch.profiler.profile(
                 activities=activities, record_shapes=self.record_shapes, on_trace_ready=self._write_trace
             )
-            self._profiler.__enter__()
+            with _without_kineto_markers():
+                self._profiler.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
             if self._profiler is not None:
-                self._profiler.__exit__(exc_type, exc, tb)  # stops, then calls _write_trace
+                with _without_kineto_markers():
+                    self._profiler.__exit__(exc_type, exc, tb)  # stops, then calls _write_trace
         finally:
             self._state = "done"
             if not self.gzip:

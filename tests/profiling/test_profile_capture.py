@@ -230,3 +230,22 @@ def test_v4_ranges_name_the_kernel_each_step_calls(profiles):
     assert (kernels["wo_a"], kernels["q_norm"], kernels["inverse_rope"]) == ("bmm", "rmsnorm", "rope")
     # The ROCm V4 model calls the preshuffled GEMM itself for fused_wqa_wkv and wo_b.
     assert kernels["fused_wqa_wkv"] == kernels["wo_b"] == "aiter-bpreshuffle"
+
+
+def test_profiling_prints_no_kineto_start_stop_markers(tiny, profiles, capfd):
+    # torch's Kineto writes 'USDT:... profiler_start/stop' to fd 2; notebooks showed them as errors.
+    md.profile(md.run_layer, *tiny, tp_size=1, out_dir=profiles)
+    assert "profiler_st" not in capfd.readouterr().err
+
+
+def test_kineto_marker_filter_passes_every_other_stderr_line(capfd):
+    import os
+
+    from mla_debug.profiling.capture import _without_kineto_markers
+
+    with _without_kineto_markers():
+        os.write(2, b"USDT:2026-12-01 15:18:00 7342:7342 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a real warning from C++\n")
+        os.write(2, b"USDT:2026-12-01 15:18:01 7342:7342 SyncActivityProfilerHandler.cpp:59] profiler_stop\n")
+    print("after", file=sys.stderr, flush=True)
+    assert capfd.readouterr().err.splitlines() == ["a real warning from C++", "after"]
