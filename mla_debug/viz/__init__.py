@@ -2,7 +2,7 @@
 plots of the fused norm+quant accuracy study.
 
     from mla_debug.viz import error_heatmap, block_heatmap, summary_styler, steps_styler, write_html
-    from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler
+    from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler, trace_frame_styler
     from mla_debug.viz import group_error_heatmap, error_histogram
     from mla_debug.viz import setup_notebook   # figures that survive a notebook's HTML export, offline
 
@@ -17,7 +17,7 @@ from .notebook import setup_notebook
 from .report import render_html, write_html
 from .tables import steps_styler, summary_styler
 from .timeline import short_name, step_bars, timeline
-from .trace_tables import kernel_table_styler, trace_diff_styler
+from .trace_tables import kernel_table_styler, trace_diff_styler, trace_frame_styler
 
 __all__ = [
     "block_heatmap",
@@ -33,5 +33,6 @@ __all__ = [
     "summary_styler",
     "timeline",
     "trace_diff_styler",
+    "trace_frame_styler",
     "write_html",
 ]

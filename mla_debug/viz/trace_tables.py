@@ -2,8 +2,9 @@
 
     kernel_table_styler(trace)          # top 20 GPU kernels (CPU ops on a CPU-only trace) by total time
     trace_diff_styler(diff)             # per-step time of run A vs run B, big changes highlighted
+    trace_frame_styler(frame, trace)    # any table of a trace, numbers readable, times from trace start
 
-Both return a pandas Styler (display it in a notebook, or `.to_html()` it into a report). Names are
+Each returns a pandas Styler (display it in a notebook, or `.to_html()` it into a report). Names are
 HTML-escaped: op and kernel names are data (templated C++ kernel names are full of '<' and '>').
 """
 
@@ -30,6 +31,11 @@ TIME_FORMAT = "{:,.1f}"
 # Table cells hold this much of a demangled kernel name (the hover of a timeline shows more).
 NAME_CHARS = 120
 COUNT_COLUMNS = ("count", "a_launches", "b_launches", "a_count", "b_count", "cpu_ops", "gpu_kernels", "calls")
+# Timestamps on the profiler's clock (microseconds since some epoch, ~1e12): shown from the trace's
+# first event instead, which is what a reader compares.
+CLOCK_COLUMNS = ("start_us", "end_us", "first_us")
+# Identifiers: whole numbers even when a missing value made the column float.
+ID_COLUMNS = ("correlation", "range_id", "rank")
 
 
 def _time_formats(columns) -> dict[str, str]:
@@ -81,6 +87,32 @@ def kernel_table_styler(trace: Any, gpu: bool | None = None, top: int | None = 2
     if "share" in frame.columns and len(frame):
         styler = styler.bar(subset=["share"], color=SHARE_BAR, vmin=0.0, vmax=1.0)
     return styler.set_properties(subset=["name"], **{"max-width": "48em", "word-break": "break-all"})
+
+
+def trace_frame_styler(frame, trace: Any = None, caption: str = "", full_names: bool = False) -> Styler:
+    """Any table of a trace - `trace.events` rows, `per_step()`, `critical_sequence()`, `gpu_idle_gaps()`,
+    `launch_counts()` - with readable numbers: `*_us` columns as microseconds with thousands separators
+    and one decimal, where the clock timestamps (start_us, end_us, first_us) count from the first event of
+    `trace` (of the table itself without one); share as a percentage; counts as integers; other floats
+    with four significant digits. Names are cut to one line unless `full_names`.
+
+    >>> trace_frame_styler(trace.events.head(8), trace, caption="the first events")
+    """
+    clock = [c for c in CLOCK_COLUMNS if c in frame.columns]
+    if clock:
+        if trace is not None and len(trace.events):
+            origin = float(trace.events["start_us"].min())
+        else:
+            origin = float(frame[clock].min().min()) if len(frame) else 0.0
+        frame = frame.assign(**{c: frame[c] - origin for c in clock})
+        note = f"{', '.join(clock)} in us after the first event of the {'trace' if trace is not None else 'table'}"
+        caption = f"{caption} ({note})" if caption else note
+    frame = _shorten(frame, ("name", "before", "after"), full_names)
+    formats = _time_formats(frame.columns)
+    for column in frame.columns:
+        if column not in formats and frame[column].dtype.kind == "f":
+            formats[column] = "{:.0f}" if column in ID_COLUMNS else "{:.4g}"
+    return _base(frame, caption).format(formats, na_rep="-", escape="html")
 
 
 def time_change(frame):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import mla_debug as md
-from mla_debug.viz import kernel_table_styler, short_name, step_bars, timeline, trace_diff_styler
+from mla_debug.viz import kernel_table_styler, short_name, step_bars, timeline, trace_diff_styler, trace_frame_styler
 from mla_debug.viz.timeline import (
     DEPTH_SHRINK,
     NO_STEP,
@@ -337,6 +337,39 @@ def test_kernel_table_styler_renders_the_top_ops(traces):
     assert styler.data["name"].tolist() == table["name"].tolist()
     assert f"{table['total_us'].iloc[0]:,.1f}" in text and f"{table['share'].iloc[0]:.1%}" in text
     assert "linear-gradient" in text  # the share bars
+
+
+def test_trace_frame_styler_counts_time_from_the_trace_start_and_formats_numbers(traces):
+    trace = traces["decode"]
+    ev = trace.events
+    rows = ev[ev["step"].notna()].sort_values("dur_us", ascending=False).head(8)
+    styler = trace_frame_styler(rows, trace, caption="longest events")
+    text = styler.to_html()
+    first = float(ev["start_us"].min())
+    assert styler.data["start_us"].tolist() == pytest.approx((rows["start_us"] - first).tolist())
+    assert f"{rows['start_us'].iloc[0] - first:,.1f}" in text and f"{rows['dur_us'].iloc[0]:,.1f}" in text
+    assert "start_us in us after the first event of the trace" in text and "longest events" in text
+    assert not re.search(r"\d\.\d+e\+\d\d", text)  # no clock value in scientific notation left
+    assert rows["start_us"].min() > 1e9  # what made them unreadable: the profiler's clock, not 0
+
+    steps = trace.per_step()
+    text = trace_frame_styler(steps, trace).to_html()
+    assert f"{steps['share'].iloc[0]:.1%}" in text and f"{steps['wall_us'].iloc[0]:,.1f}" in text
+
+
+def test_trace_frame_styler_without_a_trace_counts_from_the_table():
+    frame = pd.DataFrame(
+        {
+            "start_us": [5.2e12 + 10.0, 5.2e12],
+            "end_us": [5.2e12 + 30.0, 5.2e12 + 4.0],
+            "correlation": [123456789.0, float("nan")],
+            "x": [0.000123456, 2.0],
+        }
+    )
+    styler = trace_frame_styler(frame)
+    assert styler.data["start_us"].tolist() == [10.0, 0.0] and styler.data["end_us"].tolist() == [30.0, 4.0]
+    text = styler.to_html()
+    assert "123456789" in text and "0.0001235" in text
 
 
 def _diff(per_step: pd.DataFrame, per_kernel: pd.DataFrame | None = None) -> SimpleNamespace:
