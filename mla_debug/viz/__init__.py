@@ -4,6 +4,7 @@ plots of the fused norm+quant accuracy study.
     from mla_debug.viz import error_heatmap, block_heatmap, summary_styler, steps_styler, write_html
     from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler, trace_table_styler
     from mla_debug.viz import group_error_heatmap, error_histogram
+    from mla_debug.viz import setup_notebook   # figures that survive a notebook's HTML export, offline
 
 plotly and pandas are imported inside the functions, so importing this package needs neither.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from .heatmaps import block_heatmap, error_heatmap
 from .normquant_plots import error_histogram, group_error_heatmap
+from .notebook import setup_notebook
 from .report import render_html, write_html
 from .tables import steps_styler, summary_styler
 from .timeline import short_name, step_bars, timeline
@@ -24,6 +26,7 @@ __all__ = [
     "group_error_heatmap",
     "kernel_table_styler",
     "render_html",
+    "setup_notebook",
     "short_name",
     "step_bars",
     "steps_styler",

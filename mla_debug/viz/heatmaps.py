@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 # The column block of block_errors: one FP8 activation-quantization group (1x128) and one weight
 # block (128x128) wide, so a misread scale shows up as whole blocks.
 BLOCK = 128
+# Decimals of log10 rel_err kept per block heatmap cell.
+Z_DECIMALS = 4
 
 
 def _check_mode(result: TriageResult, mode: str) -> None:
@@ -39,7 +41,9 @@ def step_order(result: TriageResult, mode: str) -> list[str]:
     return list(names)
 
 
-def _rel_err_heatmap(z, x, y, hover, low: float, high: float, name: str, **gaps) -> go.Heatmap:
+def _rel_err_heatmap(
+    z, x, y, hover, low: float, high: float, name: str, hovertemplate: str = "%{customdata}", **gaps
+) -> go.Heatmap:
     """A heatmap of log10 rel_err on the shared colour scale, its colour bar labelled in plain rel_err."""
     import plotly.graph_objects as go
 
@@ -49,7 +53,7 @@ def _rel_err_heatmap(z, x, y, hover, low: float, high: float, name: str, **gaps)
         x=x,
         y=y,
         customdata=hover,
-        hovertemplate="%{customdata}<extra></extra>",
+        hovertemplate=f"{hovertemplate}<extra></extra>",
         colorscale=COLOURSCALE,
         zmin=low,
         zmax=high,
@@ -173,21 +177,33 @@ def block_heatmap(result: TriageResult, tp: int, mode: str, step: str | None = N
     errors = result.block_errors(tp, mode, name)
     rows = errors.tolist()
     z, low, high = log10_grid(rows)
+    # A colour bar cannot show more than a few decimals of log10 rel_err, and full floats were a third
+    # of a large block heatmap's bytes in a report.
+    z = [[None if v is None else round(v, Z_DECIMALS) for v in row] for row in z]
 
     output = config.diff.run.records[name].output
     inner = tuple(output.shape[1:])
     width = math.prod(inner)
     tokens = list(range(errors.shape[0]))
-    blocks = list(range(errors.shape[1]))
-    where = [flat_range(b * BLOCK, min((b + 1) * BLOCK, width) - 1, inner) for b in blocks]
-    hover = [[f"token {t}, block {b}: {where[b]}<br>rel_err {sci(rows[t][b])}" for b in blocks] for t in tokens]
+    # Columns are categories named by where the block lies, so a cell's hover text takes that from its
+    # column and holds only its own error: with the full text per cell, the block heatmap of a decode
+    # step with 128 heads (16 tokens x 512 blocks) was 0.8 MB of a report.
+    blocks = [
+        f"block {b}: {flat_range(b * BLOCK, min((b + 1) * BLOCK, width) - 1, inner)}" for b in range(errors.shape[1])
+    ]
+    hover = [[sci(v) for v in row] for row in rows]
+    every = max(1, math.ceil(len(blocks) / 16))  # about 16 labelled ticks, block numbers only
+    ticks = list(range(0, len(blocks), every))
 
     why = (
         "first divergent step"
         if name == config.diff.first_divergent_step
         else ("worst step" if step is None else "chosen step")
     )
-    fig = go.Figure(_rel_err_heatmap(z, blocks, tokens, hover, low, high, "block rel_err"))
+    heat = _rel_err_heatmap(
+        z, blocks, tokens, hover, low, high, "block rel_err", hovertemplate="token %{y}, %{x}<br>rel_err %{customdata}"
+    )
+    fig = go.Figure(heat)
     fig.update_layout(
         title=dict(
             text=(
@@ -198,7 +214,12 @@ def block_heatmap(result: TriageResult, tp: int, mode: str, step: str | None = N
             x=0.0,
             xref="paper",
         ),
-        xaxis=dict(title=dict(text=f"{BLOCK}-column block of the flattened per-token output")),
+        xaxis=dict(
+            title=dict(text=f"{BLOCK}-column block of the flattened per-token output"),
+            type="category",
+            tickvals=[blocks[b] for b in ticks],
+            ticktext=[str(b) for b in ticks],
+        ),
         yaxis=dict(title=dict(text="token"), autorange="reversed"),
         height=260 + min(18 * len(tokens), 600),
         margin=dict(l=70, r=30, t=100, b=60),

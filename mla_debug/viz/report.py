@@ -1,8 +1,9 @@
 """One self-contained HTML report of a TP triage (`TriageResult.to_html(path)`).
 
-The file embeds plotly.js once (inline, with the first figure) and links nothing, so it opens from a
-mail attachment or an air-gapped machine. It is written atomically and never replaces an existing
-file: a taken name gets a numbered sibling (`report-2.html`), and the path actually written is returned.
+The file embeds plotly.js once (gzipped in base64 with the first figure, unpacked by the browser) and
+links nothing, so it opens from a mail attachment or an air-gapped machine. It is written atomically
+and never replaces an existing file: a taken name gets a numbered sibling (`report-2.html`), and the
+path actually written is returned.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._cells import sci, violation_lines
+from .embed import figure_html, packed_plotlyjs_html
 from .heatmaps import block_heatmap, error_heatmap
 from .tables import steps_styler, summary_styler
 
@@ -38,21 +40,16 @@ details { margin: 0.6em 0 1.2em; } summary { cursor: pointer; font-weight: bold;
 
 
 class _Figures:
-    """Turns figures into HTML fragments, embedding plotly.js with the first one only."""
+    """Turns figures into HTML fragments; the first one brings plotly.js, packed (about 2 MB instead of
+    4.8 MB inline), and the others draw with it."""
 
     def __init__(self) -> None:
         self.count = 0
 
     def __call__(self, fig: go.Figure) -> str:
-        height = int(fig.layout.height or 450)
-        fragment = fig.to_html(
-            full_html=False,
-            include_plotlyjs=self.count == 0,  # inline bundle once; later figures reuse window.Plotly
-            include_mathjax=False,
-            config={"displaylogo": False, "responsive": True},
-            default_width="100%",
-            default_height=f"{height}px",
-        )
+        fragment = figure_html(fig)
+        if self.count == 0:
+            fragment = f"{packed_plotlyjs_html()}\n{fragment}"
         self.count += 1
         return fragment
 

@@ -31,6 +31,8 @@ TIME_FORMAT = "{:,.1f}"
 # Table cells hold this much of a demangled kernel name (the hover of a timeline shows more).
 NAME_CHARS = 120
 COUNT_COLUMNS = ("count", "a_launches", "b_launches", "a_count", "b_count", "cpu_ops", "gpu_kernels", "calls")
+# Identifiers: whole numbers even when a missing value made the column float.
+ID_COLUMNS = ("correlation", "range_id", "rank")
 
 
 def _time_formats(columns) -> dict[str, str]:
@@ -46,7 +48,11 @@ def _time_formats(columns) -> dict[str, str]:
 def _styled(frame, caption: str) -> Styler:
     # The triage tables' base (caption, padding, hidden index), then this module's number formats. A
     # format call sets every column's formatter, so it must ask for the escaping again.
-    return _base(frame, caption).format(_time_formats(frame.columns), na_rep="-", escape="html")
+    formats = _time_formats(frame.columns)
+    for column in frame.columns:
+        if column not in formats and frame[column].dtype.kind == "f":
+            formats[column] = "{:.0f}" if column in ID_COLUMNS else "{:.4g}"
+    return _base(frame, caption).format(formats, na_rep="-", escape="html")
 
 
 def _shorten(frame, columns: tuple[str, ...], full_names: bool):

@@ -64,6 +64,11 @@ def test_block_heatmap_defaults_to_the_first_divergent_step():
     assert (len(fig.data[0].z), len(fig.data[0].z[0])) == tuple(errors.shape)
     assert f"<b>{first}</b>" in fig.layout.title.text and "first divergent step" in fig.layout.title.text
     assert list(fig.data[0].y) == list(range(errors.shape[0]))
+    # A cell's hover holds its error only; where the block lies comes from its column's category.
+    heat = fig.data[0]
+    assert [x.split(":")[0] for x in heat.x] == [f"block {b}" for b in range(errors.shape[1])]
+    assert "%{x}" in heat.hovertemplate and "%{customdata}" in heat.hovertemplate
+    assert heat.customdata[0][0] == f"{errors[0, 0].item():.2e}"
 
 
 def test_block_heatmap_of_a_chosen_step_and_a_wrong_one():

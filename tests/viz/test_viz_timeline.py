@@ -363,6 +363,12 @@ def test_trace_tables_show_times_from_the_trace_start_with_one_decimal(traces):
     assert ">12,345.7<" in html and ">2.2<" in html and "k" * 300 not in html  # long names cut
 
 
+def test_trace_tables_show_ids_whole_and_other_floats_short():
+    frame = pd.DataFrame({"correlation": [123456789.0, float("nan")], "x": [0.000123456, 2.0]})
+    text = trace_table_styler(frame).to_html()
+    assert ">123456789<" in text and ">0.0001235<" in text and ">-<" in text
+
+
 def _diff(per_step: pd.DataFrame, per_kernel: pd.DataFrame | None = None) -> SimpleNamespace:
     return SimpleNamespace(per_step=per_step, per_kernel=per_kernel, a_label="run A", b_label="run B")
 

@@ -12,11 +12,12 @@ from functools import cache
 
 import mla_debug as md
 from mla_debug.analysis import TriageResult, Workbench, triage
+from mla_debug.viz.embed import PACKED_ID, unpack_plotlyjs
 
 BUGGY, FIXED = "vllm-pr51692", "vllm-pr56433"
 TP_SIZES = (1, 2)
 
-# plotly.js starts with this banner comment; it appears once per embedded bundle.
+# plotly.js starts with this banner comment; it appears once per bundle embedded as plain source.
 PLOTLY_BANNER = re.compile(r"\* plotly\.js v\d+\.\d+\.\d+")
 
 
@@ -35,3 +36,14 @@ def without_plotly_bundle(text: str) -> str:
     """`text` with the inline plotly.js bundle cut out. The bundle itself holds default URLs as string
     constants (topojsonURL, map icons) that a heatmap never fetches; everything else must be offline."""
     return re.sub(r"<script[^>]*>\s*/\*\*\s*\* plotly\.js v.*?</script>", "<script>BUNDLE</script>", text, flags=re.S)
+
+
+def plotlyjs_copies(page: str) -> int:
+    """How many copies of plotly.js `page` embeds: as plain source, or packed (gzip + base64, then
+    checked to unpack to the bundle plotly ships)."""
+    from plotly.offline import get_plotlyjs
+
+    packed = page.count(f'id="{PACKED_ID}"')
+    if packed:
+        assert unpack_plotlyjs(page) == get_plotlyjs()
+    return len(PLOTLY_BANNER.findall(page)) + packed
