@@ -5,6 +5,12 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# JupyterLab's options for `make lab`: serve on this machine only and print the URL (on a remote box, forward
+# the port with ssh -L); no browser, which a headless server may not have.
+LAB_ARGS ?= --no-browser --ip=127.0.0.1
+# Jupyter refuses to start as root (containers often run as root) unless told it may; kept out of LAB_ARGS so
+# that overriding those keeps it.
+LAB_ROOT_ARGS = $(if $(filter 0,$(shell id -u)),--allow-root)
 
 BIN := $(VENV)/bin
 PY := $(BIN)/python
@@ -19,7 +25,7 @@ test: $(VENV)/.deps-dev
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests notebooks --nbmake
 
 lab: $(VENV)/.deps-notebooks
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(LAB_ARGS) $(LAB_ROOT_ARGS) notebooks/
 
 lint: $(VENV)/.deps-dev
 	$(BIN)/ruff check mla_debug tests benchmarks

@@ -3,6 +3,8 @@
 Run: .venv/bin/python benchmarks/cpu_layer_bench.py [--tokens 64] [--repeats 3]
 
 Each TP size runs in a fresh subprocess (so its peak RSS is its own), side by side in one invocation:
+  synthetic ckpt - generate the layer's weights (Checkpoint.synthetic, seed 0) and quantize them; its peak
+            RSS is the subprocess's right after, torch included
   build   - shard the checkpoint and load every linear (kernel choice, load-time shuffles)
   first   - the first forward (decodes and caches each weight as its kernel reads it)
   warm    - median of `--repeats` further forwards, with step recording on and off
@@ -29,6 +31,7 @@ def measure(tp: int, tokens: int, repeats: int, mode: str) -> dict:
     start = time.perf_counter()
     ckpt = md.Checkpoint.synthetic(cfg, seed=0, progress=False)
     synth = time.perf_counter() - start
+    synth_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     hidden = torch.randn(tokens, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
     positions = torch.arange(tokens)
     start = time.perf_counter()
@@ -50,6 +53,7 @@ def measure(tp: int, tokens: int, repeats: int, mode: str) -> dict:
     return dict(
         tp=tp,
         synth_s=synth,
+        synth_rss_gb=synth_rss,
         build_s=build,
         first_s=first,
         warm_record_s=warm_on,
@@ -90,12 +94,15 @@ def main() -> None:
         )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"DeepSeek-V3 real dims, {args.tokens} tokens, {args.mode}, mi355x / vllm-pr56433; times in s")
-    print("| TP | synthetic ckpt | build | first forward | warm, recording | warm, no recording | peak RSS GB |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| TP | synthetic ckpt | its peak RSS GB | build | first forward | warm, recording | warm, no recording "
+        "| peak RSS GB |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['tp']} | {r['synth_s']:.2f} | {r['build_s']:.2f} | {r['first_s']:.2f} | {r['warm_record_s']:.2f} | "
-            f"{r['warm_norecord_s']:.2f} | {r['peak_rss_gb']:.2f} |"
+            f"| {r['tp']} | {r['synth_s']:.2f} | {r['synth_rss_gb']:.2f} | {r['build_s']:.2f} | {r['first_s']:.2f} | "
+            f"{r['warm_record_s']:.2f} | {r['warm_norecord_s']:.2f} | {r['peak_rss_gb']:.2f} |"
         )
     tp1, tp8 = rows
     print(

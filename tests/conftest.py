@@ -1,5 +1,5 @@
-"""Shared fixtures: seeded generators, the aiter CSV test data beside the checkout, GPU detection, and the
-Triton interpreter on CPU-only machines."""
+"""Shared fixtures: seeded generators, the aiter CSV test data beside the checkout, GPU detection, the
+Triton interpreter on CPU-only machines, and a clean process for compiling kernels for a GPU."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from offline_compile import OfflineCompiler
 
 # Triton decides at import time whether its own library functions (tl.cdiv, tl.sum, ...) are compiled or
 # interpreted, so on a machine without a CUDA GPU the interpreter must be switched on before anything
@@ -26,6 +27,13 @@ def aiter_csv_dir() -> Path:
     if not AITER_CSV_DIR.is_dir() or not any(AITER_CSV_DIR.glob("*.csv")):
         pytest.skip(f"aiter tuned CSVs not found at {AITER_CSV_DIR} (test data kept beside the checkout)")
     return AITER_CSV_DIR
+
+
+@pytest.fixture(scope="session")
+def offline_compiler():
+    """Compiles Triton/Gluon kernels for sm_90a outside this process (tests/offline_compile.py says why)."""
+    with OfflineCompiler() as compiler:
+        yield compiler
 
 
 @pytest.fixture

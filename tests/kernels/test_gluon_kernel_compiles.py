@@ -6,7 +6,9 @@ only. Compiling it here for sm_90a - no GPU needed - catches a break with the ve
 the compiled code is checked for what the kernel is for: a preshuffled weight tile staged unswizzled
 (a plain one 128-byte swizzled), 16-byte tile copies (4-byte ones for the scales), the tensor-core
 instruction each tile shape is meant to use (the plain Triton kernel's, so that both give the same
-bytes), and, for the overlapped loop, MMAs that ptxas does not serialize and no spilled registers.
+bytes), and, for the overlapped loop, MMAs that ptxas does not serialize and no spilled registers. The
+compiling runs in a clean process (tests/offline_compile.py: an interpreted kernel earlier in the session
+leaves triton unable to compile).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from mla_debug.kernels.triton_gemm import (
     persistent_constants,
 )
 
-triton = pytest.importorskip("triton")
+pytest.importorskip("triton")
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper", reason="this triton has no Gluon")
-runtime = pytest.importorskip("triton.experimental.gluon._runtime", reason="this triton has no Gluon runtime")
+pytest.importorskip("triton.experimental.gluon._runtime", reason="this triton has no Gluon runtime")
 
 POINTERS = {
     "a_ptr": "*fp8e4nv",
@@ -40,27 +42,20 @@ POINTERS = {
 SCALARS = ("M", "N", "K", "KP", "stride_am", "stride_sm", "stride_sk", "stride_wsn", "stride_wsk", "stride_om")
 
 
-def compile_for_hopper(cfg: LaunchConfig, shuffled: bool = True, k: int = 7168):
+def compile_for_hopper(compiler, cfg: LaunchConfig, shuffled: bool = True, k: int = 7168):
     """The kernel the launcher runs for `cfg` (persistent or not), compiled for sm_90a with the launcher's
     compile-time arguments and the alignments torch's allocations give."""
-    from triton.backends.compiler import GPUTarget
-
-    from mla_debug.kernels._gluon_gemm import gluon_gemm_kernel
-    from mla_debug.kernels._gluon_persistent_gemm import persistent_gemm_kernel
-
     if cfg.persistent:
-        kernel, constexprs = persistent_gemm_kernel, persistent_constants(cfg, shuffled)
+        kernel = "mla_debug.kernels._gluon_persistent_gemm:persistent_gemm_kernel"
+        constexprs = persistent_constants(cfg, shuffled)
         pointers, extra = {name: POINTERS[name] for name in list(POINTERS)[:5]}, {}
     else:
-        kernel, constexprs = gluon_gemm_kernel, gluon_constants(cfg, k, shuffled)
+        kernel, constexprs = "mla_debug.kernels._gluon_gemm:gluon_gemm_kernel", gluon_constants(cfg, k, shuffled)
         pointers, extra = POINTERS, {"stride_split": "i32"}
     signature = dict(pointers, **{name: "i32" for name in SCALARS}, **extra)
     signature.update({name: "constexpr" for name in constexprs})
-    names = list(signature)
-    aligned = [names.index(n) for n in (*pointers, "N", "K", "KP", "stride_am", "stride_om", *extra)]
-    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-    source = runtime.GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg.num_warps))
+    aligned = (*pointers, "N", "K", "KP", "stride_am", "stride_om", *extra)
+    return compiler.compile(kernel, signature, constexprs, aligned, gluon=True, num_warps=cfg.num_warps)
 
 
 @pytest.mark.parametrize(
@@ -68,9 +63,9 @@ def compile_for_hopper(cfg: LaunchConfig, shuffled: bool = True, k: int = 7168):
     [LaunchConfig(16, 64, 4, 4, 8, 8), LaunchConfig(64, 128, 4, 4, 8, 1), LaunchConfig(128, 128, 8, 3, 8, 1)],
     ids=str,
 )
-def test_compiles_for_sm90_with_the_weight_tile_unswizzled(cfg):
+def test_compiles_for_sm90_with_the_weight_tile_unswizzled(cfg, offline_compiler):
     assert gluon_fits(cfg)
-    kernel = compile_for_hopper(cfg)
+    kernel = compile_for_hopper(offline_compiler, cfg)
     ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
     # The weight buffer: an unswizzled MMA layout (the activation one keeps the 128-byte swizzle).
     assert re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir)
@@ -130,11 +125,11 @@ OVERLAPPED = [
 
 @pytest.mark.parametrize("shuffled", [True, False], ids=["shuffled", "plain"])
 @pytest.mark.parametrize("cfg", OVERLAPPED, ids=str)
-def test_overlapped_loop_keeps_its_mmas_asynchronous(cfg, shuffled, tmp_path):
+def test_overlapped_loop_keeps_its_mmas_asynchronous(cfg, shuffled, tmp_path, offline_compiler):
     """Two products in turn, one promoted under the other's MMA: ptxas must neither serialize the wgmmas
     nor inject waits (either would put the promotion back on the tensor cores' path), nor spill (the
     persistent kernel's copy state is kept to scalars for that)."""
-    kernel = compile_for_hopper(cfg, shuffled)
+    kernel = compile_for_hopper(offline_compiler, cfg, shuffled)
     ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
     assert re.search(r"nvmma_shared<\{swizzlingByteWidth = 0,", ttgir) or not shuffled
     if not shuffled:  # a plain weight tile in the 128-byte swizzle, like the activation tile
@@ -162,14 +157,14 @@ def test_plain_weight_tiles_the_copies_cover():
 @pytest.mark.parametrize("scale_tma", [False, True], ids=["scales-cp.async", "scales-tma"])
 @pytest.mark.parametrize("shuffled", [False, True], ids=["plain", "shuffled"])
 @pytest.mark.parametrize("tma_store", [False, True], ids=["direct-store", "tma-store"])
-def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(tma_store, shuffled, scale_tma, tmp_path):
+def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(
+    tma_store, shuffled, scale_tma, tmp_path, offline_compiler
+):
     """Twelve warps (two consumer warpgroups, one producer warp rounded up to a warpgroup) sharing 65536
     registers through setmaxnreg, TMA copies, and no spill or serialized MMA; with tma_store, each
     consumer's rows leave through shared memory and a TMA store."""
     import torch
-    from triton.backends.compiler import GPUTarget
 
-    from mla_debug.kernels._gluon_specialized_gemm import specialized_gemm_kernel
     from mla_debug.kernels.triton_gemm import scale_descriptor, tma_descriptors
 
     a, w = (torch.empty(rows, 7168, dtype=torch.float8_e4m3fn) for rows in (4096, 2112))
@@ -182,12 +177,17 @@ def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(tm
     )
     constexprs = dict(SHUFFLED=shuffled, STAGGER=True, GROUP_M=8, STAGES=4, TMA_STORE=tma_store, SCALE_TMA=scale_tma)
     signature.update({name: "constexpr" for name in constexprs})
-    names = list(signature)
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("a_scale_ptr", "w_scale_ptr", "out_ptr", "N", "K")}
-    source = runtime.GluonASTSource(fn=specialized_gemm_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=168))
+    kernel = offline_compiler.compile(
+        "mla_debug.kernels._gluon_specialized_gemm:specialized_gemm_kernel",
+        signature,
+        constexprs,
+        ("a_scale_ptr", "w_scale_ptr", "out_ptr", "N", "K"),
+        gluon=True,
+        num_warps=4,
+        maxnreg=168,
+    )
     ptx = kernel.asm["ptx"]
-    assert kernel.metadata.num_warps == 12 and "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx
+    assert kernel.num_warps == 12 and "setmaxnreg" in ptx and "cp.async.bulk.tensor" in ptx
     assert ptx.count("wgmma.mma_async") == 8  # k32 steps of one block, once per consumer
     assert ("cp.async.bulk.tensor.2d.global.shared" in ptx) == tma_store
     # The scales: one more TMA copy, or copies that complete on the stage's barrier.
