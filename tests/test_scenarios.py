@@ -22,7 +22,8 @@ BEHAVIOUR_FIELDS = (
     "skip_model_shuffle_if_kernel_preshuffles, v4_norm_quant_backend"
 )
 VALID_KEYS = (
-    "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned"
+    "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned, "
+    "upstream, fixed_by"
 )
 
 IGNORE_FLAGS_YAML = """\
