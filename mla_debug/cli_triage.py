@@ -76,13 +76,13 @@ def render_culprits(result, console: Console) -> None:
     """Culprit groups with what to do about each, the unresolved configurations, provenance in one line."""
     from rich.markup import escape
 
-    from .viz.culprits import action_lines, bisection_line, configs_label, group_sentence
+    from .viz.culprits import action_lines, bisection_line, configs_label, group_heading
 
     for group in result.culprit_groups:
-        console.print(f"[bold]culprit[/] {escape(group_sentence(group))}")
+        console.print(f"[bold]culprit[/] {escape(group_heading(group))}")
         for line in action_lines(group):
             more = f"; {len(line.alternatives)} other minimal alternative(s) in the report" if line.alternatives else ""
-            console.print(f"  [bold]{line.label}[/]: {escape(line.action)} ({escape(line.verdict)}{more})")
+            console.print(f"  [bold]{line.label}[/]: {escape(line.action)} {line.outcome} ({escape(line.note)}{more})")
     if result.unresolved:
         labels = configs_label(result.unresolved)
         console.print(

@@ -137,3 +137,16 @@ def test_triage_command_on_an_nvidia_platform_uses_the_triton_stand_ins(tmp_path
     assert data["platform"] == "h200" and data["device"] == "cpu"
     kernels = {s["name"]: s["kernel"] for s in data["runs"][0]["steps"]}
     assert kernels["o_proj"] == "triton-bpreshuffle" and kernels["q_b_proj"] == "triton-blockscale"
+
+
+def test_triage_command_says_what_to_do_and_where_the_numbers_came_from(capsys):
+    args = ["triage", "--model", "mini", "--tp", "4", "8", "--modes", "decode", "--tokens", "4"]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    # TP4 and TP8 decode fail the same way: one culprit block, its diagnosis said once.
+    assert out.count("culprit kv_b_proj at TP4, TP8: aiter-bpreshuffle re-laid out") == 1
+    assert "workaround now: VLLM_DISABLED_KERNELS=AiterPreshuffledFp8BlockScaledMMKernel restores decode" in out
+    assert "code fix: honouring skip_weight_relayout in aiter-bpreshuffle restores decode" in out
+    assert "known fix: vLLM PR #56433 (scenario vllm-pr56433) restores decode" in out
+    assert "provenance: weights synthetic, seed 0; 4 tokens, seed 0; on cpu" in out
+    assert "bisection: " in out and " trials (" in out

@@ -212,6 +212,9 @@ class Bisector:
     def __init__(self, bench, scen: Scenario, factor: float = DIVERGENCE_FACTOR, progress: bool | None = None):
         self.bench, self.scen, self.factor, self.progress = bench, scen, factor, progress
         self.stats = BisectStats()
+        # Every set not tried because one of its changes provably cannot matter: (tp, mode, the set,
+        # the step where it diverges like the smaller set it was proved equal to up to there).
+        self.skipped: list[tuple[int, str, tuple[Change, ...], str]] = []
 
     # -- trials --------------------------------------------------------------------------------------
     def outcome(self, scen: Scenario, tp: int, mode: str) -> Outcome:
@@ -262,10 +265,10 @@ class Bisector:
                 if parent is not None:
                     known[members] = known[parent]
                     self.stats.skipped += 1
+                    self.skipped.append((tp, mode, combo, known[parent].first_step))
                 else:
                     plan.append(combo)
             bar.total = (bar.total or 0) + len(plan)
-            bar.refresh()
             # Sets with fewer reference-kernel swaps first: a swap localises a fault but is no fix a
             # serving engine ships, so once sets with k swaps restore, sets with more are not tried.
             plan.sort(key=_swaps)
@@ -280,7 +283,6 @@ class Bisector:
                         restoring.append(combo)
                 if restoring:
                     bar.total = bar.n  # the rest of the plan is not needed
-                    bar.refresh()
                     return restoring
         return []
 

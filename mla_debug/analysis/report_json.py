@@ -71,6 +71,10 @@ def _number(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
+def _float(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
 def violation_to_dict(v: ContractViolation) -> dict[str, Any]:
     return {
         "kind": v.kind.value,
@@ -175,15 +179,33 @@ class SavedRun:
 
     @property
     def table(self):
-        """pandas DataFrame, one row per step (the columns of `RunDiff.table` that were saved)."""
+        """pandas DataFrame, one row per step: the columns of `RunDiff.table`, then the kernel's selection
+        reason and the input layout (non-finite errors were saved as null and read back as NaN)."""
         import pandas as pd
 
-        rows = []
-        for s in self.steps:
-            row = {k: v for k, v in s.to_dict().items() if k not in ("violation_details", "stats")}
-            row["violations"] = "; ".join(row["violations"])
-            rows.append(row)
-        return pd.DataFrame(rows)
+        return pd.DataFrame(
+            [
+                dict(
+                    step=s.name,
+                    kernel=s.kernel,
+                    reference_kernel=s.reference_kernel,
+                    scale_layout=s.scale_layout,
+                    weight_layout=s.weight_layout,
+                    violations="; ".join(s.messages),
+                    rel_err=_float(s.rel_err),
+                    max_abs=_float(s.max_abs),
+                    cosine=_float(s.cosine),
+                    snr_db=_float(s.snr_db),
+                    floor=s.floor,
+                    threshold=s.threshold,
+                    diverged=s.diverged,
+                    classification=s.classification,
+                    reason=s.reason,
+                    input_layout=s.input_layout,
+                )
+                for s in self.steps
+            ]
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

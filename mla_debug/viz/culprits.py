@@ -37,31 +37,49 @@ def configs_label(configs) -> str:
     return ", ".join(f"TP{tp} {mode}" for tp, mode in configs)
 
 
+def where_and_what(configs) -> tuple[str, str]:
+    """('TP4, TP8', 'decode') when every TP size of `configs` has the same modes, else
+    ('TP1 prefill, TP2 decode', 'them'): where a culprit struck, and what its remedies restore."""
+    return _uniform(configs) or (configs_label(configs), "them")
+
+
+def group_heading(group) -> str:
+    """'kv_b_proj at TP4, TP8: aiter-bpreshuffle re-laid out the weight that ... reads directly' - the
+    diagnosis, said once; what restores it is in `action_lines`."""
+    culprit = group.culprit
+    return f"{culprit.layer} at {where_and_what(group.configs)[0]}: {causes(culprit.violations)}"
+
+
 def group_sentence(group) -> str:
-    """The culprit sentence of a group; for one configuration exactly `Culprit.explanation`."""
+    """Diagnosis and headline remedy in one sentence; for one configuration exactly `Culprit.explanation`."""
     culprit = group.culprit
     if len(group.configs) == 1:
         return culprit.explanation
-    where, what = _uniform(group.configs) or (configs_label(group.configs), "them")
-    return f"{culprit.layer} at {where}: {causes(culprit.violations)}; {describe(culprit.changes)} restores {what}"
+    return f"{group_heading(group)}; {describe(culprit.changes)} restores {where_and_what(group.configs)[1]}"
 
 
 @dataclass(frozen=True)
 class ActionLine:
-    """One thing a reader can do about a culprit group, in words: `label` ("workaround now", "code fix",
-    "known fix"), the `action` itself (a setting, a change) and what running it showed (`verdict`)."""
+    """One thing a reader can do about a culprit group: `label` ("workaround now", "code fix", "known
+    fix"), the `action` (a setting to paste, a change, an upstream change), `outcome` (what running it
+    did: "restores decode", "does NOT restore decode") and `note` ("verified": bisection ran it)."""
 
     label: str
     action: str
-    verdict: str
+    outcome: str
+    note: str
     setting: str | None = None  # what to paste (an environment variable), when there is one
     alternatives: tuple[str, ...] = ()  # further minimal remedies of the same kind
+
+    @property
+    def text(self) -> str:
+        return f"{self.label}: {self.action} {self.outcome} ({self.note})"
 
 
 def action_lines(group) -> list[ActionLine]:
     """Workaround first (what can be done tonight), then the code fix, then the known upstream fix."""
     culprit = group.culprit
-    label = configs_label(group.configs)
+    what = where_and_what(group.configs)[1]
     lines = []
     if culprit.workarounds:
         best, *others = culprit.workarounds
@@ -69,7 +87,8 @@ def action_lines(group) -> list[ActionLine]:
             ActionLine(
                 "workaround now",
                 best.setting or best.description,
-                f"{best.description}: verified, restores {label}",
+                f"restores {what}",
+                f"disables {', '.join(c.target for c in best.changes)}; verified" if best.setting else "verified",
                 best.setting,
                 tuple(r.setting or r.description for r in others),
             )
@@ -80,14 +99,21 @@ def action_lines(group) -> list[ActionLine]:
             ActionLine(
                 "code fix",
                 best.description,
-                f"verified, restores {label}",
+                f"restores {what}",
+                "verified",
                 alternatives=tuple(r.description for r in others),
             )
         )
     if culprit.known_fix is not None:
         fix = culprit.known_fix
-        verdict = f"restores {label}" if fix.restores else f"does NOT restore {label} here"
-        lines.append(ActionLine("known fix", f"{fix.upstream} (scenario {fix.scenario})", f"verified: {verdict}"))
+        lines.append(
+            ActionLine(
+                "known fix",
+                f"{fix.upstream} (scenario {fix.scenario})",
+                f"restores {what}" if fix.restores else f"does NOT restore {what}",
+                "verified",
+            )
+        )
     return lines
 
 

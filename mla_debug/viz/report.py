@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._cells import sci, violation_lines
-from .culprits import action_lines, bisection_line, configs_label, group_sentence
+from .culprits import action_lines, bisection_line, configs_label, group_heading
 from .heatmaps import block_heatmap, error_heatmap
 from .tables import steps_styler, summary_styler
 
@@ -93,7 +93,7 @@ def _culprits(result: TriageResult) -> str:
         items = []
         for line in action_lines(group):
             action = f"<code>{_e(line.action)}</code>" if line.setting else _e(line.action)
-            item = f"<li><b>{_e(line.label)}</b>: {action} <small>({_e(line.verdict)})</small>"
+            item = f"<li><b>{_e(line.label)}</b>: {action} {_e(line.outcome)} <small>({_e(line.note)})</small>"
             if line.alternatives:
                 others = "".join(f"<li>{_e(a)}</li>" for a in line.alternatives)
                 item += (
@@ -103,7 +103,7 @@ def _culprits(result: TriageResult) -> str:
             items.append(item + "</li>")
         parts.append(
             f'<div class="culprit"><b>{_e(configs_label(group.configs))}</b>, first divergent step '
-            f"<code>{_e(k.step)}</code>, layer <code>{_e(k.layer)}</code>:<br>{_e(group_sentence(group))}"
+            f"<code>{_e(k.step)}</code>, layer <code>{_e(k.layer)}</code>:<br>{_e(group_heading(group))}"
             f'<ul class="actions">{"".join(items)}</ul></div>'
         )
     if result.unresolved:
