@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..analysis.changes import causes
 from ._cells import sci, violation_lines
-from .culprits import action_lines, bisection_line, configs_label, group_heading
+from .culprits import action_lines, bisection_line, configs_label
 from .heatmaps import block_heatmap, error_heatmap
 from .tables import steps_styler, summary_styler
 
@@ -103,7 +104,7 @@ def _culprits(result: TriageResult) -> str:
             items.append(item + "</li>")
         parts.append(
             f'<div class="culprit"><b>{_e(configs_label(group.configs))}</b>, first divergent step '
-            f"<code>{_e(k.step)}</code>, layer <code>{_e(k.layer)}</code>:<br>{_e(group_heading(group))}"
+            f"<code>{_e(k.step)}</code>, layer <code>{_e(k.layer)}</code>:<br>{_e(causes(k.violations))}"
             f'<ul class="actions">{"".join(items)}</ul></div>'
         )
     if result.unresolved:

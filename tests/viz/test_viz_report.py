@@ -9,8 +9,8 @@ import re
 from viz_triage_cases import BUGGY, FIXED, PLOTLY_BANNER, result, without_plotly_bundle
 
 from mla_debug.analysis import DIVERGENCE_FACTOR
+from mla_debug.analysis.changes import causes
 from mla_debug.viz import render_html, write_html
-from mla_debug.viz.culprits import group_heading
 
 
 def test_report_holds_culprits_steps_and_one_inline_plotly(tmp_path):
@@ -23,7 +23,7 @@ def test_report_holds_culprits_steps_and_one_inline_plotly(tmp_path):
     # TP1 and TP2 decode fail the same way: one block, the diagnosis and the code fix said once each.
     (group,) = r.culprit_groups
     assert group.configs == ((1, "decode"), (2, "decode"))
-    assert text.count(html.escape(group_heading(group))) == 1
+    assert text.count(html.escape(causes(group.culprit.violations))) == 1
     assert text.count(html.escape(group.culprit.change)) == 1
     assert "<code>VLLM_DISABLED_KERNELS=AiterPreshuffledFp8BlockScaledMMKernel</code> restores decode" in text
     assert "vLLM PR #56433 (scenario vllm-pr56433) restores decode" in text
