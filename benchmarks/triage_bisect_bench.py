@@ -67,7 +67,9 @@ def main() -> None:
         "runs": getattr(stats, "runs", None),
         "reused": getattr(stats, "reused", None),
         "skipped": getattr(stats, "skipped", None),
-        "verdicts": [f"TP{c.tp} {c.mode} {c.verdict} {c.diff.first_divergent_step or ''}".strip() for c in result.configs],
+        "verdicts": [
+            f"TP{c.tp} {c.mode} {c.verdict} {c.diff.first_divergent_step or ''}".strip() for c in result.configs
+        ],
         "culprits": [f"TP{k.tp} {k.mode}: {k.change}" for k in result.culprits],
         "unresolved": [f"TP{tp} {mode}" for tp, mode in result.unresolved],
         "versions": f"mla_debug {md.__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}",
