@@ -5,16 +5,18 @@ The search goes by size (every single change, then pairs, then triples) and stop
 where some set restores the run. Within a size, sets with fewer reference-kernel swaps go first and
 the search stops after the first swap count where some set restores: the alternatives reported are
 all the sets minimal by (size, swaps), and the headline is the one the earlier exhaustive search
-preferred. Three things keep it fast without changing that answer:
+preferred. What keeps it fast without changing that answer:
 
-- runs reuse loaded linears and GEMM results (`analysis.reuse`), and a set whose effective
-  configuration (every layer's kernel and options, the model behaviour) was already run - in this
-  search, another configuration's or another scenario's - is not run again;
+- runs reuse loaded linears and GEMM results (`analysis.reuse`), and a trial run stops at the first
+  step that diverges (nothing after it changes the outcome);
+- a set whose effective configuration (every layer's kernel and options, the model behaviour) was
+  already run - in this search, for another configuration or another scenario - is not run again, and
+  prefill and decode share outcomes when they provably compute the same thing (`Workbench.twin_mode`);
 - a set is skipped when one of its changes provably cannot matter: the change alters nothing that
   the other changes' run read at or before the step where that run diverges, so the steps up to
   there are bitwise the same and the set diverges there too. "Read" is recorded per step while the
   run executes (which linears each step looked up), so the proof needs no list of which step uses
-  which layer. A model-side behaviour change is always assumed to matter.
+  which layer. A model-side behaviour change is always assumed to matter;
 - the search for configuration workarounds (kernel disables) is separate and tiny: one candidate per
   kernel that ran.
 
@@ -183,7 +185,7 @@ class BisectStats:
     elapsed_s: float = 0.0
 
 
-def progress_bar(total: int, enabled: bool | None, desc: str, unit: str = "run"):
+def progress_bar(total: int | None, enabled: bool | None, desc: str, unit: str = "run"):
     """A tqdm bar: in a terminal or notebook it redraws and vanishes when done; elsewhere (a log file)
     it is off unless asked for, and when asked it redraws at most every 30 s and leaves its final line,
     so a log holds one line per bar rather than a stream of carriage-return redraws."""
@@ -302,7 +304,8 @@ class Bisector:
         if key is not None:
             bench.outcomes.setdefault(key, base)
         trials_before = self.stats.trials
-        with progress_bar(0, self.progress, f"bisect TP{tp} {mode}", unit="trial") as bar:
+        # The total grows as each size's plan is made (and shrinks to what ran when a size restores).
+        with progress_bar(None, self.progress, f"bisect TP{tp} {mode}", unit="trial") as bar:
             code_pool = candidate_changes(scen, failing.run.kernels, bench.cfg)
             code = self._search(code_pool, base, tp, mode, max_changes, bar)
             disables = candidate_workarounds(scen, failing.run.kernels)
@@ -310,7 +313,7 @@ class Bisector:
             known = None
             if scen.fixed_by:
                 fix = scenario_of(scen.fixed_by)
-                bar.total += 1
+                bar.total = (bar.total or 0) + 1
                 outcome = self.outcome(fix, tp, mode)
                 self.stats.trials += 1
                 bar.update()
