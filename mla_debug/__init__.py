@@ -8,7 +8,7 @@ Plotting and notebook helpers import lazily so ``import mla_debug`` works on a b
 
 from __future__ import annotations
 
-from .analysis import RunDiff, TriageResult, Workbench, bisect, compare, triage
+from .analysis import RunDiff, TriageResult, Workbench, bisect, compare, load_triage, triage
 from .kernels import (
     BlockScaledLinear,
     GemmCall,
@@ -110,6 +110,7 @@ __all__ = [
     "identify_weight_layout",
     "kernel_names",
     "load_trace",
+    "load_triage",
     "platform",
     "platform_names",
     "present_scale",

@@ -127,12 +127,32 @@ def render(result, console: Console) -> None:
         for row in result.summary.itertuples():
             if row.violations:
                 console.print(f"TP{row.tp} {row.mode} violations: {row.violations}", style="red", soft_wrap=True)
-    for culprit in result.culprits:
-        console.print(f"[bold]culprit[/] {culprit.explanation}")
-    for tp, mode in result.unresolved:
-        console.print(f"[yellow]no single change or pair restores TP{tp} {mode}; see the step table[/]")
+    render_culprits(result, console)
+
+
+def render_culprits(result, console: Console) -> None:
+    """Culprit groups with what to do about each, the unresolved configurations, provenance in one line."""
+    from rich.markup import escape
+
+    from .viz.culprits import action_lines, bisection_line, configs_label, group_heading
+
+    for group in result.culprit_groups:
+        console.print(f"[bold]culprit[/] {escape(group_heading(group))}")
+        for line in action_lines(group):
+            more = f"; {len(line.alternatives)} other minimal alternative(s) in the report" if line.alternatives else ""
+            console.print(f"  [bold]{line.label}[/]: {escape(line.action)} {line.outcome} ({escape(line.note)}{more})")
+    if result.unresolved:
+        labels = configs_label(result.unresolved)
+        console.print(
+            f"[yellow]no code change set of up to three changes and no kernel disable restores {labels}; "
+            "see the step table[/]"
+        )
     if not any(c.verdict == "diverged" for c in result.configs):
         console.print("[green]every TP size and mode matches the reference within its FP8 noise floor[/]")
+    if any(c.verdict == "diverged" for c in result.configs) and result.bisection.trials:
+        console.print(f"[dim]{escape(bisection_line(result.bisection))}[/]")
+    if result.provenance is not None:
+        console.print(f"[dim]provenance: {escape(result.provenance.line())}[/]")
 
 
 def check_args(args: argparse.Namespace) -> tuple[list, object]:

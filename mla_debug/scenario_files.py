@@ -13,6 +13,8 @@ argument or the file's stem)::
     kernel_options: {aiter-bpreshuffle: {honour_layer_flags: false}}
     behaviour: {v4_fused_norm_quant: true}          # ModelBehaviour fields
     tuned: ./aiter-configs                          # CSV file(s) or configs/ folder; relative to the file
+    upstream: vLLM PR #51692                        # the upstream change this scenario models (words)
+    fixed_by: vllm-pr56433                          # the built-in scenario modelling its known fix
 
 Inheritance from ``base``: scalars and lists replace the base's value; mappings (``overrides``,
 ``kernel_options`` per kernel, ``behaviour``) are merged key by key, so a file changes only what it
@@ -51,6 +53,8 @@ KEYS: dict[str, str] = {
     "kernel_options": "a mapping {kernel name: {option: value}}",
     "behaviour": "a mapping {ModelBehaviour field: bool, or v4_norm_quant_backend: name}",
     "tuned": "a path or a list of paths (aiter tuned CSV files or a configs/ folder)",
+    "upstream": "a string naming the upstream change the scenario models",
+    "fixed_by": "the name of a built-in scenario",
 }
 
 
@@ -321,4 +325,11 @@ def parse_scenario(
     if "tuned" in data:
         folder = Path(relative_to) if relative_to is not None else None
         out["tuned_path"] = _tuned(where, data["tuned"], folder)
+    if "upstream" in data:
+        out["upstream"] = _string(where, "upstream", data["upstream"], KEYS["upstream"], True)
+    if "fixed_by" in data:
+        fixed_by = _string(where, "fixed_by", data["fixed_by"], KEYS["fixed_by"], True)
+        if fixed_by and fixed_by not in bases:
+            raise ValueError(f"{where}: fixed_by {fixed_by!r} is not a built-in scenario; valid: {', '.join(bases)}")
+        out["fixed_by"] = fixed_by
     return out

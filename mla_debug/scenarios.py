@@ -4,7 +4,7 @@
 |---------------|----------------|
 | reference     | torch-reference kernel everywhere, correct layouts, unfused V4 norm: the yardstick |
 | vllm-baseline | vLLM on ROCm before PR #51692: AiterFp8BlockScaledMM first; V4 fused norm+quant (ROW_MAJOR) and the V4 model's own preshuffle with direct bpreshuffle calls |
-| vllm-pr51692  | the preshuffled kernel first (chosen per rank shape through the tuned table), flags ignored: the four defects of SEMANTICS 6 |
+| vllm-pr51692  | the preshuffled kernel first (chosen per rank shape through the tuned table), flags ignored: the four defects of SEMANTICS 6; fixed by vllm-pr56433 |
 | vllm-pr56433  | the fix: flags honoured, consumers asked for their scale order, model skips its shuffle when the kernel preshuffled |
 | nvidia-cublas | NVIDIA: cuBLAS blockwise scaled_mm (strict stride contract), reference where it cannot run |
 
@@ -46,6 +46,10 @@ class Scenario:
     kernel_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     behaviour: ModelBehaviour = field(default_factory=ModelBehaviour)
     tuned_path: str | tuple[str, ...] | None = None
+    # The upstream change this scenario models ("vLLM PR #51692"), and the scenario that models the
+    # upstream change known to fix it (a built-in name). Triage runs the fix to say whether it restores.
+    upstream: str = ""
+    fixed_by: str = ""
 
     @classmethod
     def from_dict(
@@ -96,6 +100,10 @@ class Scenario:
         out["behaviour"] = {f.name: getattr(self.behaviour, f.name) for f in fields(self.behaviour)}
         if self.tuned_path is not None:
             out["tuned"] = self.tuned_path if isinstance(self.tuned_path, str) else list(self.tuned_path)
+        if self.upstream:
+            out["upstream"] = self.upstream
+        if self.fixed_by:
+            out["fixed_by"] = self.fixed_by
         return out
 
     def policy(self, plat: Platform | str, tuned: TunedTable | None = None) -> KernelPolicy:
@@ -125,18 +133,23 @@ SCENARIOS: dict[str, Scenario] = {
             "vLLM on ROCm before PR #51692 (AiterFp8BlockScaledMM first)",
             preshuffled_first=False,
             behaviour=ModelBehaviour(**_V4_ROCM),
+            upstream="vLLM before PR #51692",
         ),
         Scenario(
             "vllm-pr51692",
             "vLLM PR #51692: preshuffled aiter GEMM first, layer flags ignored",
             kernel_options={"aiter-bpreshuffle": {"honour_layer_flags": False}},
             behaviour=ModelBehaviour(**_V4_ROCM),
+            upstream="vLLM PR #51692",
+            # SEMANTICS 6: PR #56433 fixes the four defects of PR #51692.
+            fixed_by="vllm-pr56433",
         ),
         Scenario(
             "vllm-pr56433",
             "vLLM PR #56433: flags honoured, consumers asked, no model-side double shuffle",
             kernel_options={"aiter-bpreshuffle": {"honour_layer_flags": True}},
             behaviour=ModelBehaviour(**_V4_ROCM, v4_ask_consumers=True, skip_model_shuffle_if_kernel_preshuffles=True),
+            upstream="vLLM PR #56433",
         ),
         Scenario(
             "nvidia-cublas", "NVIDIA: cuBLAS blockwise scaled_mm", priority=("cublas-blockwise", "torch-reference")

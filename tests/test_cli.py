@@ -374,8 +374,11 @@ def _result(violations: str, step: str = "absorbed_decode_with_a_long_step_name"
         tokens=16,
         summary=pd.DataFrame(rows),
         culprits=[],
+        culprit_groups=[],
         unresolved=[],
         configs=[SimpleNamespace(verdict="diverged"), SimpleNamespace(verdict="ok")],
+        bisection=SimpleNamespace(trials=0),
+        provenance=None,
     )
 
 
@@ -400,3 +403,16 @@ def test_summary_table_keeps_violations_in_a_wide_table():
     text = console.export_text()
     assert any("│ double-shuffle" in line for line in text.splitlines())
     assert "violations:" not in text
+
+
+def test_triage_command_says_what_to_do_and_where_the_numbers_came_from(capsys):
+    args = ["triage", "--model", "mini", "--tp", "4", "8", "--modes", "decode", "--tokens", "4"]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    # TP4 and TP8 decode fail the same way: one culprit block, its diagnosis said once.
+    assert out.count("culprit kv_b_proj at TP4, TP8: aiter-bpreshuffle re-laid out") == 1
+    assert "workaround now: VLLM_DISABLED_KERNELS=AiterPreshuffledFp8BlockScaledMMKernel restores decode" in out
+    assert "code fix: honouring skip_weight_relayout in aiter-bpreshuffle restores decode" in out
+    assert "known fix: vLLM PR #56433 (scenario vllm-pr56433) restores decode" in out
+    assert "provenance: weights synthetic, seed 0; 4 tokens, seed 0; on cpu" in out
+    assert "bisection: " in out and " trials (" in out

@@ -22,7 +22,8 @@ BEHAVIOUR_FIELDS = (
     "skip_model_shuffle_if_kernel_preshuffles, v4_norm_quant_backend"
 )
 VALID_KEYS = (
-    "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned"
+    "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned, "
+    "upstream, fixed_by"
 )
 
 IGNORE_FLAGS_YAML = """\
@@ -87,6 +88,8 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
             v4_norm_quant_backend="torch",
         ),
         tuned_path=str(csv_path),
+        upstream="vLLM PR #51692 plus a local patch",
+        fixed_by="vllm-pr56433",
     )
     # Precondition: every field but priority (checked below; it excludes preshuffled_first) is non-default.
     default = md.Scenario("d", "")
@@ -134,6 +137,7 @@ def test_base_inheritance_replaces_lists_and_merges_mappings():
         overrides={"kv_b_proj": "torch-reference"},
         kernel_options={"aiter-bpreshuffle": {"honour_layer_flags": True, "accumulation": "dequant"}},
         behaviour=replace(base.behaviour, v4_ask_consumers=False),
+        upstream=base.upstream,  # inherited like every scalar
     )
     assert base.to_dict() == base_before  # the built-in was not mutated by the merge
     kernel = mine.policy("mi355x", tuned=EMBEDDED).kernel("aiter-bpreshuffle")
@@ -398,6 +402,17 @@ def test_missing_files_and_other_types(tmp_path):
         md.Scenario.from_file(tmp_path / "scenario.txt")
     with pytest.raises(TypeError, match="scenario: expected a name, a Scenario, a dict or a path"):
         md.scenario(123)
+
+
+def test_fixed_by_names_a_built_in_scenario():
+    assert md.scenario("vllm-pr51692").fixed_by == "vllm-pr56433"
+    assert md.scenario("vllm-pr51692").to_dict()["fixed_by"] == "vllm-pr56433"
+    assert "fixed_by" not in md.scenario("vllm-pr56433").to_dict()  # written only when set
+    with pytest.raises(ValueError) as err:
+        md.Scenario.from_dict({"name": "x", "fixed_by": "my-fix"})
+    assert str(err.value) == f"scenario 'x': fixed_by 'my-fix' is not a built-in scenario; valid: {', '.join(BUILTIN)}"
+    with pytest.raises(ValueError, match="'upstream' must be a string"):
+        md.Scenario.from_dict({"name": "x", "upstream": 56433})
 
 
 def test_model_behaviour_fields_match_the_documented_list():

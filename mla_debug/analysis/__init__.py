@@ -1,36 +1,49 @@
 """Layout contracts, run diffs, TP triage and culprit bisection; the fused norm+quant accuracy study."""
 
-from .changes import Change, candidate_changes
+from .bisection import BisectStats, Culprit, KnownFix, Remedy
+from .changes import Change, RemedyKind, candidate_changes, candidate_workarounds
 from .diff import RunDiff, StepDiff, block_errors, compare
 from .noise import DIVERGENCE_FACTOR, MIN_THRESHOLD, dense_twin, step_floor
 from .normquant_accuracy import PATHS, NormQuantAccuracy, fp8_spacing, measure_accuracy, rmsnorm_truth
 from .normquant_inputs import DISTRIBUTIONS, NormQuantInputs, distribution_names, make_inputs
 from .normquant_study import NormQuantStudy, accuracy_study
-from .triage import ConfigResult, Culprit, TriageResult, Workbench, bisect, triage
+from .provenance import Provenance, WeightsSource
+from .report_json import SavedTriage, load_triage
+from .triage import ConfigResult, CulpritGroup, TriageResult, Workbench, bisect, triage
 
 __all__ = [
     "DISTRIBUTIONS",
     "DIVERGENCE_FACTOR",
     "MIN_THRESHOLD",
     "PATHS",
+    "BisectStats",
     "Change",
     "ConfigResult",
     "Culprit",
+    "CulpritGroup",
+    "KnownFix",
     "NormQuantAccuracy",
     "NormQuantInputs",
     "NormQuantStudy",
+    "Provenance",
+    "Remedy",
+    "RemedyKind",
     "RunDiff",
+    "SavedTriage",
     "StepDiff",
     "TriageResult",
+    "WeightsSource",
     "Workbench",
     "accuracy_study",
     "bisect",
     "block_errors",
     "candidate_changes",
+    "candidate_workarounds",
     "compare",
     "dense_twin",
     "distribution_names",
     "fp8_spacing",
+    "load_triage",
     "make_inputs",
     "measure_accuracy",
     "rmsnorm_truth",

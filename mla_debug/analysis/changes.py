@@ -1,8 +1,17 @@
-"""Single changes to a scenario that bisection tries, and the sentence that explains a culprit."""
+"""Single changes to a scenario that bisection tries, and the sentence that explains a culprit.
+
+Two kinds of remedy, searched separately because a user acts on them differently:
+
+- code fixes: what the serving engine's code would change - honour the direct-read flags, switch on one
+  model-side fix, or (to localise the fault) run one layer through the reference kernel;
+- configuration workarounds: what a user can set tonight without touching code - disable a kernel the
+  way ``VLLM_DISABLED_KERNELS`` does, so the next kernel in vLLM's priority list takes its layers.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from ..kernels import kernel_class, kernel_names
 from ..layouts import ContractViolation, ViolationKind
@@ -11,6 +20,9 @@ from ..scenarios import Scenario
 KERNEL_TO_REFERENCE = "kernel-to-reference"
 HONOUR_FLAGS = "honour-flags"
 BEHAVIOUR = "behaviour"
+DISABLE_KERNEL = "disable-kernel"
+
+DISABLED_KERNELS_ENV = "VLLM_DISABLED_KERNELS"
 
 # Model-side fixes bisection may try, with how each reads in a sentence.
 BEHAVIOUR_FIXES = {
@@ -18,15 +30,31 @@ BEHAVIOUR_FIXES = {
     "skip_model_shuffle_if_kernel_preshuffles": "skipping the model's own shuffle of weights the kernel preshuffled",
 }
 
+# Kernels that are no fault to remove: the yardstick itself and unquantized weights.
+_NOT_CANDIDATES = ("torch-reference", "dense (unquantized)")
+
+
+class RemedyKind(str, Enum):
+    """How a user applies a set of changes."""
+
+    CODE_FIX = "code-fix"  # a change to the serving engine's code
+    WORKAROUND = "workaround"  # a setting a user can apply now (an environment variable)
+
 
 @dataclass(frozen=True)
 class Change:
     """One change to a scenario: swap one layer's kernel to the reference, honour the direct-read flags,
-    or switch on one model-side fix."""
+    switch on one model-side fix, or disable one kernel (``setting`` then holds the vLLM class name that
+    ``VLLM_DISABLED_KERNELS`` takes, when the kernel has one)."""
 
     kind: str
     target: str
     description: str
+    setting: str | None = None
+
+    @property
+    def remedy(self) -> RemedyKind:
+        return RemedyKind.WORKAROUND if self.kind == DISABLE_KERNEL else RemedyKind.CODE_FIX
 
     def apply(self, scenario: Scenario) -> Scenario:
         if self.kind == KERNEL_TO_REFERENCE:
@@ -39,34 +67,107 @@ class Change:
             options = {k: dict(v) for k, v in scenario.kernel_options.items()}
             options.setdefault(self.target, {})["honour_layer_flags"] = True
             return replace(scenario, name=f"{scenario.name}+honour-flags", kernel_options=options)
+        if self.kind == DISABLE_KERNEL:
+            return replace(
+                scenario,
+                name=f"{scenario.name}-{self.target}",
+                disabled=tuple(dict.fromkeys((*scenario.disabled, self.target))),
+            )
         behaviour = replace(scenario.behaviour, **{self.target: True})
         return replace(scenario, name=f"{scenario.name}+{self.target}", behaviour=behaviour)
 
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "description": self.description,
+            "setting": self.setting,
+            "remedy": self.remedy.value,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Change:
+        return cls(data["kind"], data["target"], data["description"], data.get("setting"))
+
+
+def apply_all(scenario: Scenario, changes) -> Scenario:
+    for change in changes:
+        scenario = change.apply(scenario)
+    return scenario
+
+
+def describe(changes) -> str:
+    """'a together with b' - the words of a change set."""
+    return " together with ".join(c.description for c in changes)
+
+
+def env_setting(changes) -> str | None:
+    """``VLLM_DISABLED_KERNELS=A,B`` for a set of kernel disables that all have vLLM class names."""
+    names = [c.setting for c in changes if c.kind == DISABLE_KERNEL]
+    if not names or len(names) != len(changes) or None in names:
+        return None
+    return f"{DISABLED_KERNELS_ENV}={','.join(names)}"
+
+
+def _kernel(description: str) -> str:
+    return description.split(":")[0]
+
+
+def _runners_as(kernel: str, used: set[str]) -> list[str]:
+    """The kernels that ran in place of `kernel` (stand-ins such as triton-bpreshuffle for aiter-bpreshuffle)."""
+    return sorted(name for name in used if name in kernel_names() and kernel_class(name).stands_in_for == kernel)
+
+
+def vllm_class_name(kernel: str) -> str | None:
+    """The vLLM class a kernel is (or, for a native aiter kernel, wraps), as VLLM_DISABLED_KERNELS names it."""
+    for cls in kernel_class(kernel).__mro__:
+        name = getattr(cls, "vllm_name", None)
+        if name:
+            return name
+    return None
+
 
 def candidate_changes(scenario: Scenario, kernels: dict[str, str], cfg) -> list[Change]:
-    """Every single change that could matter for a run with these per-layer kernels."""
+    """Every single code change that could matter for a run with these per-layer kernels."""
     changes = []
     for layer, description in kernels.items():
-        kernel = description.split(":")[0]
-        if kernel not in ("torch-reference", "dense (unquantized)"):
+        kernel = _kernel(description)
+        if kernel not in _NOT_CANDIDATES:
             changes.append(
                 Change(KERNEL_TO_REFERENCE, layer, f"running {layer} through torch-reference instead of {kernel}")
             )
-    used = {description.split(":")[0] for description in kernels.values()}
+    used = {_kernel(description) for description in kernels.values()}
     for kernel, options in scenario.kernel_options.items():
         if options.get("honour_layer_flags") is False:
             flags = "skip_weight_relayout" if cfg.arch == "v3" else "is_bmm / skip_weight_relayout"
             # Stand-ins (triton-bpreshuffle for aiter-bpreshuffle) take the options of the kernel they
             # reproduce; name the one that actually ran.
-            runners = sorted(
-                name for name in used if name in kernel_names() and kernel_class(name).stands_in_for == kernel
-            )
+            runners = _runners_as(kernel, used)
             where = f"{runners[0]} (as {kernel})" if runners and kernel not in used else kernel
             changes.append(Change(HONOUR_FLAGS, kernel, f"honouring {flags} in {where}"))
     if cfg.arch == "v4":
         for field_name, sentence in BEHAVIOUR_FIXES.items():
             if not getattr(scenario.behaviour, field_name):
                 changes.append(Change(BEHAVIOUR, field_name, sentence))
+    return changes
+
+
+def candidate_workarounds(scenario: Scenario, kernels: dict[str, str]) -> list[Change]:
+    """One kernel disable per kernel that took a layer in this run (what VLLM_DISABLED_KERNELS does).
+
+    A stand-in is disabled through the kernel it stands in for - the name a vLLM user would write.
+    """
+    changes = []
+    for ran in dict.fromkeys(_kernel(d) for d in kernels.values()):
+        if ran in _NOT_CANDIDATES or ran not in kernel_names():
+            continue
+        target = kernel_class(ran).stands_in_for or ran
+        if target in scenario.disabled or any(c.target == target for c in changes):
+            continue
+        setting = vllm_class_name(target)
+        as_what = f" (as {target})" if target != ran else ""
+        env = f" ({DISABLED_KERNELS_ENV}={setting})" if setting else ""
+        changes.append(Change(DISABLE_KERNEL, target, f"disabling {ran}{as_what}{env}", setting))
     return changes
 
 
@@ -84,8 +185,11 @@ def cause(violation: ContractViolation) -> str:
     return violation.message
 
 
+def causes(violations: list[ContractViolation]) -> str:
+    """The distinct causes of the effective violations, joined; a generic phrase without any."""
+    return "; ".join(dict.fromkeys(cause(v) for v in violations if v.effective)) or "its output diverges"
+
+
 def explain(layer: str, tp: int, mode: str, violations: list[ContractViolation], changes: list[Change]) -> str:
     """'kv_b_proj at TP4: ... ; honouring skip_weight_relayout in aiter-bpreshuffle restores decode'."""
-    causes = "; ".join(dict.fromkeys(cause(v) for v in violations if v.effective)) or "its output diverges"
-    fix = " together with ".join(c.description for c in changes)
-    return f"{layer} at TP{tp}: {causes}; {fix} restores {mode}"
+    return f"{layer} at TP{tp}: {causes(violations)}; {describe(changes)} restores {mode}"

@@ -129,13 +129,7 @@ def compare(run, reference, floor: dict[str, float] | None = None, factor: float
         if ref is None or record.output is None or ref.output is None:
             continue
         a, b = record.output, ref.output
-        if a.shape != b.shape:
-            raise ValueError(f"step {name}: run output {tuple(a.shape)} and reference {tuple(b.shape)} differ in shape")
-        err = rel_l2(a, b)
-        step_floor = floor.get(name) if floor else None
-        limit = threshold(step_floor, factor) if step_floor is not None else None
-        effective = any(v.effective for v in record.violations)
-        diverged = (not math.isfinite(err)) or (limit is not None and err > limit) or (limit is None and effective)
+        err, step_floor, limit, diverged = _verdict(name, record, ref, floor, factor)
         diff.steps.append(
             StepDiff(
                 name=name,
@@ -155,6 +149,28 @@ def compare(run, reference, floor: dict[str, float] | None = None, factor: float
             )
         )
     return diff
+
+
+def _verdict(name: str, record, ref, floor: dict[str, float] | None, factor: float):
+    """(rel_err, floor, threshold, diverged) of one step - the one rule `compare` and `diverges` share."""
+    a, b = record.output, ref.output
+    if a.shape != b.shape:
+        raise ValueError(f"step {name}: run output {tuple(a.shape)} and reference {tuple(b.shape)} differ in shape")
+    err = rel_l2(a, b)
+    step_floor = floor.get(name) if floor else None
+    limit = threshold(step_floor, factor) if step_floor is not None else None
+    effective = any(v.effective for v in record.violations)
+    diverged = (not math.isfinite(err)) or (limit is not None and err > limit) or (limit is None and effective)
+    return err, step_floor, limit, diverged
+
+
+def diverges(record, reference, floor: dict[str, float] | None = None, factor: float = DIVERGENCE_FACTOR) -> bool:
+    """Whether one step's record diverges from the same step of `reference` (a LayerRun), by the rule of
+    `compare`; a step the reference lacks, or without output, never does (compare skips it)."""
+    ref = reference.records.get(record.name)
+    if ref is None or record.output is None or ref.output is None:
+        return False
+    return _verdict(record.name, record, ref, floor, factor)[3]
 
 
 def block_errors(run_output: torch.Tensor, reference_output: torch.Tensor, block: int = 128) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """TP triage: run a layer at every TP size and mode under a scenario, compare each step with the
-reference, and find the smallest change that restores every diverged configuration.
+reference, and find the smallest changes that restore every diverged configuration (`bisection`).
 
 Verdicts come from running the mechanics - the emulated kernels reading bytes in their own order - and
 comparing numbers; nothing is looked up in a table of known answers.
@@ -7,7 +7,6 @@ comparing numbers; nothing is looked up in a table of known answers.
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,19 +14,40 @@ from pathlib import Path
 import torch
 
 from ..model import Checkpoint, MLAConfig
+from ..model.preflight import check_layer_options
 from ..parallel import MLALayer, check_device
-from ..scenarios import Scenario
+from ..scenarios import SCENARIOS, Scenario
 from ..scenarios import scenario as scenario_of
-from .changes import Change, candidate_changes, explain
-from .diff import RunDiff, compare
+from .bisection import Bisector, BisectStats, Culprit, CulpritGroup, KnownFix, Remedy, group_culprits, progress_bar
+from .diff import RunDiff, compare, diverges
 from .noise import DIVERGENCE_FACTOR, dense_twin, step_floor
+from .provenance import Provenance, collect
+from .reuse import LayerCache
 
 MODES = ("prefill", "decode")
+
+__all__ = [
+    "MODES",
+    "ConfigResult",
+    "Culprit",
+    "CulpritGroup",
+    "KnownFix",
+    "Remedy",
+    "TriageResult",
+    "Workbench",
+    "bisect",
+    "triage",
+]
 
 
 class Workbench:
     """Everything a triage reuses across scenarios: config, checkpoint, inputs, the fp32 truth and the
-    reference runs per (TP size, mode). Build one and pass it to several `triage` calls."""
+    reference runs per (TP size, mode), loaded linears and GEMM results (`analysis.reuse`), and the
+    outcomes of bisection trials. Build one and pass it to several `triage` calls.
+
+    ``reuse=False`` builds every layer from scratch (as `MLALayer` does) and disables the outcome memo
+    and the pruning that rest on it: slower, and the yardstick the reuse is tested against.
+    """
 
     def __init__(
         self,
@@ -39,6 +59,7 @@ class Workbench:
         layer: int = 0,
         progress=None,
         device: str | None = None,
+        reuse: bool = True,
     ) -> None:
         from ..kernels import platform as platform_of
 
@@ -49,9 +70,13 @@ class Workbench:
         if checkpoint is None:
             self.cfg = model if isinstance(model, MLAConfig) else MLAConfig.preset(model)
             self.ckpt = Checkpoint.synthetic(self.cfg, seed=seed, progress=progress)
+            self.checkpoint_source: str | None = None
         else:
             self.ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.load(checkpoint, layer=layer)
             self.cfg = self.ckpt.cfg
+            self.checkpoint_source = self.ckpt.source or (
+                str(checkpoint) if not isinstance(checkpoint, Checkpoint) else ""
+            )
         self.ckpt = self.ckpt.to(self.device)  # once, not per layer built
         self.tokens, self.seed = tokens, seed
         gen = torch.Generator().manual_seed(seed)
@@ -59,7 +84,16 @@ class Workbench:
         self.positions = torch.arange(tokens)
         self._truth: dict[str, object] = {}
         self._reference: dict[tuple[int, str], object] = {}
+        self._floor: dict[tuple[int, str], dict[str, float]] = {}
         self._dense: Checkpoint | None = None
+        self._twins: dict[tuple[int, str], str] = {}
+        self.cache = LayerCache(self.cfg, self.ckpt, self.platform) if reuse else None
+        # Bisection trial outcomes by effective configuration (see `outcome_key`), across scenarios.
+        self.outcomes: dict[tuple, object] = {}
+
+    @property
+    def reuse(self) -> bool:
+        return self.cache is not None
 
     def truth(self, mode: str):
         if mode not in self._truth:
@@ -71,19 +105,115 @@ class Workbench:
 
     def reference(self, tp: int, mode: str):
         if (tp, mode) not in self._reference:
-            layer = MLALayer(self.cfg, self.ckpt, tp, self.platform, "reference", device=self.device)
-            self._reference[(tp, mode)] = layer.run(self.hidden, self.positions, mode)
+            self._reference[(tp, mode)] = self.run(SCENARIOS["reference"], tp, mode)
         return self._reference[(tp, mode)]
 
     def floor(self, tp: int, mode: str) -> dict[str, float]:
-        return step_floor(self.reference(tp, mode), self.truth(mode))
+        if (tp, mode) not in self._floor:
+            self._floor[(tp, mode)] = step_floor(self.reference(tp, mode), self.truth(mode))
+        return self._floor[(tp, mode)]
 
-    def run(self, scen: Scenario, tp: int, mode: str):
-        layer = MLALayer(self.cfg, self.ckpt, tp, self.platform, scen, device=self.device)
-        return layer.run(self.hidden, self.positions, mode)
+    def run(self, scen: Scenario | str, tp: int, mode: str):
+        return self.traced_run(scen, tp, mode)[0]
 
-    def diff(self, scen: Scenario, tp: int, mode: str, factor: float = DIVERGENCE_FACTOR) -> RunDiff:
-        return compare(self.run(scen, tp, mode), self.reference(tp, mode), self.floor(tp, mode), factor)
+    def traced_run(self, scen: Scenario | str, tp: int, mode: str):
+        """(LayerRun, per step the linears it read - None without reuse)."""
+        scen = scenario_of(scen)
+        if self.cache is None:
+            layer = MLALayer(self.cfg, self.ckpt, tp, self.platform, scen, device=self.device)
+            return layer.run(self.hidden, self.positions, mode), None
+        traced = self.cache.run(scen, tp, mode, self.hidden, self.positions)
+        return traced.run, traced.accessed
+
+    def diff(self, scen: Scenario | str, tp: int, mode: str, factor: float = DIVERGENCE_FACTOR) -> RunDiff:
+        return self.traced_diff(scen, tp, mode, factor)[0]
+
+    def traced_diff(self, scen: Scenario | str, tp: int, mode: str, factor: float = DIVERGENCE_FACTOR):
+        """(RunDiff, per step the linears it read - None without reuse)."""
+        run, accessed = self.traced_run(scen, tp, mode)
+        return compare(run, self.reference(tp, mode), self.floor(tp, mode), factor), accessed
+
+    def trial(
+        self, scen: Scenario, tp: int, mode: str, factor: float = DIVERGENCE_FACTOR
+    ) -> tuple[str | None, frozenset[str] | None]:
+        """(first divergent step or None when every step is within its threshold, the linears read up to
+        it - None without reuse). With reuse the run stops at that step: nothing after it can change
+        either answer."""
+        scen = scenario_of(scen)
+        if self.cache is None:
+            return self.diff(scen, tp, mode, factor).first_divergent_step, None
+        reference, floor = self.reference(tp, mode), self.floor(tp, mode)
+        first: list[str] = []
+
+        def until(record) -> bool:
+            if diverges(record, reference, floor, factor):
+                first.append(record.name)
+            return bool(first)
+
+        traced = self.cache.run(scen, tp, mode, self.hidden, self.positions, until=until)
+        twin = self.twin_mode(tp, mode)
+        if traced.programs[twin] != traced.programs[mode]:
+            # twin_mode proved it on the reference scenario; a scenario whose program depends on more
+            # than the mode would make outcomes shared between modes wrong.
+            raise RuntimeError(
+                f"{scen.name}: the step program of {mode} differs from {twin} at TP{tp} although the "
+                "reference scenario's do not; outcomes cannot be shared between these modes"
+            )
+        if not first:
+            return None, None
+        return first[0], frozenset().union(*traced.accessed)
+
+    # -- what bisection reuses -------------------------------------------------------------------------
+    def outcome_key(self, scen: Scenario, tp: int, mode: str, factor: float) -> tuple | None:
+        """The key under which a run's outcome is the same for every scenario: TP size, mode, factor and
+        the effective configuration (`LayerCache.effective_key`); None without reuse."""
+        if self.cache is None:
+            return None
+        return (self.twin_mode(tp, mode), float(factor), self.cache.effective_key(scen, tp))
+
+    def twin_mode(self, tp: int, mode: str) -> str:
+        """The first mode (in MODES order) whose runs at `tp` are provably bitwise those of `mode`, else
+        `mode`: both run the same step program, and their reference runs and noise floors are bitwise
+        equal. DeepSeek-V4 has one program for prefill and decode, so its decode bisection reuses every
+        prefill trial; DeepSeek-V3's absorbed decode is another program."""
+        if self.cache is None:
+            return mode
+        if (tp, mode) not in self._twins:
+            self._twins[(tp, mode)] = mode
+            programs = self.cache.programs(SCENARIOS["reference"], tp)
+            for other in MODES:
+                if other == mode:
+                    break
+                if programs[other] == programs[mode] and self._same_yardsticks(tp, other, mode):
+                    self._twins[(tp, mode)] = other
+                    break
+        return self._twins[(tp, mode)]
+
+    def _same_yardsticks(self, tp: int, a: str, b: str) -> bool:
+        ref_a, ref_b = self.reference(tp, a).records, self.reference(tp, b).records
+        if list(ref_a) != list(ref_b) or self.floor(tp, a) != self.floor(tp, b):
+            return False
+        return all(
+            (x.output is None and y.output is None)
+            or (x.output is not None and y.output is not None and _bitwise_equal(x.output, y.output))
+            for x, y in zip(ref_a.values(), ref_b.values())
+        )
+
+    def linear_keys(self, scen: Scenario, tp: int) -> dict[str, tuple] | None:
+        """Per linear, what `scen` decides about it (kernel configuration, model side); None without reuse."""
+        return None if self.cache is None else self.cache.linear_keys(scen, tp)
+
+    def tuned_source(self, scen: Scenario) -> str:
+        """Where the tuned table that `scen`'s kernel choice consults came from (TunedTable.source)."""
+        if self.cache is not None:
+            return self.cache.tuned(scen).source
+        return scen.policy(self.platform).tuned.source
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
 
 
 def workbench_device(device: str | None, plat) -> torch.device:
@@ -110,17 +240,6 @@ class ConfigResult:
 
 
 @dataclass
-class Culprit:
-    tp: int
-    mode: str
-    step: str
-    layer: str
-    change: str
-    explanation: str
-    changes: list[Change] = field(default_factory=list)
-
-
-@dataclass
 class TriageResult:
     model: str
     platform: str
@@ -134,6 +253,14 @@ class TriageResult:
     elapsed_s: float = 0.0
     unresolved: list[tuple[int, str]] = field(default_factory=list)
     device: str = "cpu"
+    provenance: Provenance | None = None
+    bisection: BisectStats = field(default_factory=BisectStats)
+
+    @property
+    def culprit_groups(self) -> list[CulpritGroup]:
+        """Culprits grouped by `Culprit.group_key` (same step, layer, causes, remedies), in first-seen order:
+        eight near-identical blocks for TP1..8 x prefill/decode become one per distinct story."""
+        return group_culprits(self.culprits)
 
     def config(self, tp: int, mode: str) -> ConfigResult:
         for c in self.configs:
@@ -203,58 +330,22 @@ class TriageResult:
         return write_html(self, path)
 
 
-def _progress(total: int, enabled: bool | None, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, disable=not enabled if enabled is not None else None, leave=False)
-
-
 def bisect(
-    bench: Workbench, scen: Scenario | str, tp: int, mode: str, max_changes: int = 3, factor: float = DIVERGENCE_FACTOR
+    bench: Workbench,
+    scen: Scenario | str,
+    tp: int,
+    mode: str,
+    max_changes: int = 3,
+    factor: float = DIVERGENCE_FACTOR,
+    progress: bool | None = None,
 ) -> Culprit | None:
-    """The smallest set of single changes that restores (tp, mode) under `scen`, as a Culprit."""
-    scen = scenario_of(scen)
-    failing = bench.diff(scen, tp, mode, factor)
-    if not failing.diverged:
-        return None
-    changes = candidate_changes(scen, failing.run.kernels, bench.cfg)
-    for size in range(1, max_changes + 1):
-        restoring = []
-        for combo in itertools.combinations(changes, size):
-            trial = scen
-            for change in combo:
-                trial = change.apply(trial)
-            if not bench.diff(trial, tp, mode, factor).diverged:
-                restoring.append(combo)
-        if restoring:
-            # Prefer model-side fixes and honoured flags (what a serving engine would change) over
-            # swapping a kernel out; among equals keep the order of the layer's steps.
-            best = min(restoring, key=lambda combo: sum(c.kind == "kernel-to-reference" for c in combo))
-            first = failing.first_divergent
-            layer = _layer_of(first.name, best, failing)
-            violations = [v for s in failing.steps for v in s.effective_violations]
-            at_first = first.effective_violations or violations[:1]
-            return Culprit(
-                tp=tp,
-                mode=mode,
-                step=first.name,
-                layer=layer,
-                change="; ".join(c.description for c in best),
-                explanation=explain(layer, tp, mode, at_first, list(best)),
-                changes=list(best),
-            )
-    return None
+    """The smallest sets of changes that restore (tp, mode) under `scen`, as a Culprit (None when it does
+    not diverge or nothing within `max_changes` code changes or two kernel disables restores it).
 
-
-def _layer_of(step: str, combo: tuple[Change, ...], diff: RunDiff) -> str:
-    """The layer a culprit is about: the swapped kernel's layer, else the first effective violation's."""
-    for change in combo:
-        if change.kind == "kernel-to-reference":
-            return change.target
-    for s in diff.steps:
-        for v in s.effective_violations:
-            return v.tensor.split(" ")[0].removesuffix(".weight")
-    return step
+    >>> culprit = md.bisect(md.Workbench("mini"), "vllm-pr51692", 4, "decode")
+    >>> culprit.explanation, culprit.workarounds[0].setting, culprit.known_fix
+    """
+    return Bisector(bench, scenario_of(scen), factor, progress).bisect(tp, mode, max_changes=max_changes)
 
 
 def triage(
@@ -283,28 +374,33 @@ def triage(
     """
     start = time.perf_counter()
     scen = scenario_of(scenario)
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if bench is None:
+        # Everything cheap first: a TP size that does not divide the heads must not wait for the weights.
+        check_layer_options(model, checkpoint, tp_sizes=tp_sizes, tokens=tokens)
         bench = Workbench(model, platform, 16 if tokens is None else tokens, seed, checkpoint, device=device)
     elif tokens is not None and tokens != bench.tokens:
         raise ValueError(f"tokens={tokens} differs from the workbench's {bench.tokens}; build another Workbench")
     elif device is not None and torch.device(device).type != bench.device.type:
         raise ValueError(f"device={device!r} differs from the workbench's {bench.device}; build another Workbench")
-    for mode in modes:
-        if mode not in MODES:
-            raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     for tp in tp_sizes:
         bench.cfg.check_tp(tp)
-    configs = []
-    with _progress(len(tp_sizes) * len(modes), progress, f"triage {bench.cfg.name} {scen.name}") as bar:
+    configs, traces = [], {}
+    with progress_bar(len(tp_sizes) * len(modes), progress, f"triage {bench.cfg.name} {scen.name}") as bar:
         for tp in tp_sizes:
             for mode in modes:
-                configs.append(ConfigResult(tp, mode, bench.diff(scen, tp, mode, factor)))
+                diff, accessed = bench.traced_diff(scen, tp, mode, factor)
+                configs.append(ConfigResult(tp, mode, diff))
+                traces[(tp, mode)] = accessed
                 bar.update()
     culprits, unresolved = [], []
+    bisector = Bisector(bench, scen, factor, progress)
     if find_culprits:
         for c in configs:
             if c.verdict == "diverged":
-                culprit = bisect(bench, scen, c.tp, c.mode, factor=factor)
+                culprit = bisector.bisect(c.tp, c.mode, c.diff, traces[(c.tp, c.mode)])
                 if culprit:
                     culprits.append(culprit)
                 else:
@@ -322,4 +418,6 @@ def triage(
         elapsed_s=time.perf_counter() - start,
         unresolved=unresolved,
         device=bench.device.type,
+        provenance=collect(bench, scen, factor),
+        bisection=bisector.stats,
     )

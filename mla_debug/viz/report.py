@@ -13,7 +13,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..analysis.changes import causes
 from ._cells import sci, violation_lines
+from .culprits import action_lines, bisection_line, configs_label
 from .embed import figure_html, packed_plotlyjs_html
 from .heatmaps import block_heatmap, error_heatmap
 from .tables import steps_styler, summary_styler
@@ -79,19 +81,61 @@ def _verdict(result: TriageResult) -> str:
 
 
 def _culprits(result: TriageResult) -> str:
+    """One block per culprit group (configurations that fail the same way and are restored by the same
+    remedies): the sentence once, then what to do - workaround, code fix, known upstream fix."""
     parts = ["<h2>Culprits</h2>"]
     if not result.culprits and not result.unresolved:
         parts.append("<p>Nothing to bisect: no configuration diverged.</p>")
-    for k in result.culprits:
+    for group in result.culprit_groups:
+        k = group.culprit
+        items = []
+        for line in action_lines(group):
+            action = f"<code>{_e(line.action)}</code>" if line.setting else _e(line.action)
+            item = f"<li><b>{_e(line.label)}</b>: {action} {_e(line.outcome)} <small>({_e(line.note)})</small>"
+            if line.alternatives:
+                others = "".join(f"<li>{_e(a)}</li>" for a in line.alternatives)
+                item += (
+                    f"<details><summary>{len(line.alternatives)} other minimal alternative(s)</summary>"
+                    f"<ul>{others}</ul></details>"
+                )
+            items.append(item + "</li>")
         parts.append(
-            f'<div class="culprit"><b>{_e(_config_label(k.tp, k.mode))}</b>, first divergent step '
-            f"<code>{_e(k.step)}</code>, layer <code>{_e(k.layer)}</code>:<br>{_e(k.explanation)}"
-            f"<br><small>the change that restores it: {_e(k.change)}</small></div>"
+            f'<div class="culprit"><b>{_e(configs_label(group.configs))}</b>, first divergent step '
+            f"<code>{_e(k.step)}</code>, layer <code>{_e(k.layer)}</code>:<br>{_e(causes(k.violations))}"
+            f'<ul class="actions">{"".join(items)}</ul></div>'
         )
     if result.unresolved:
-        labels = ", ".join(_e(_config_label(tp, mode)) for tp, mode in result.unresolved)
-        parts.append(f"<p>No single change or pair of changes restored: {labels}.</p>")
+        labels = _e(configs_label(result.unresolved))
+        parts.append(f"<p>No code change set of up to three changes and no kernel disable restored: {labels}.</p>")
     return "\n".join(parts)
+
+
+def _provenance(result: TriageResult) -> str:
+    """Where the numbers came from: weights, inputs, yardsticks, tables, software."""
+    p = result.provenance
+    if p is None:
+        return ""
+    import json
+
+    scenario = p.scenario
+    rows = [
+        ("weights", p.weights.describe()),
+        ("model, platform", f"{p.model} on {p.platform}"),
+        ("scenario", f"{scenario.get('name')}: {scenario.get('description', '')}"),
+        ("inputs", f"{p.tokens} tokens, seed {p.seed}"),
+        ("device", p.device),
+        ("threshold", f"max({p.divergence_factor:g} x floor, {p.min_threshold:g})"),
+        ("tuned table", p.tuned_table),
+        ("software", f"mla_debug {p.mla_debug_version}, torch {p.torch_version}, Python {p.python_version}"),
+        ("created", f"{p.created} on {p.host}"),
+        ("bisection", bisection_line(result.bisection)),
+    ]
+    body = "".join(f"<dt>{_e(label)}</dt><dd>{_e(value)}</dd>" for label, value in rows)
+    definition = _e(json.dumps(scenario, indent=2, sort_keys=True))
+    return (
+        f'<h2>Provenance</h2><dl class="step">{body}</dl>'
+        f"<details><summary>Scenario definition</summary><pre>{definition}</pre></details>"
+    )
 
 
 def _first_step(result: TriageResult, tp: int, mode: str) -> str:
@@ -143,9 +187,13 @@ these shapes (M=1, or a shuffle period completed).</dd>
 FP8 quantization blocks: a misread activation scale lights up whole rows of blocks for some tokens, a
 misread weight whole columns of blocks for every token.</dd>
 <dt>culprit</dt>
-<dd>The smallest set of single changes to the scenario (run one layer through torch-reference, honour
-the direct-read flags, switch on one model-side fix) found by bisection that brings every step of that
-configuration back within its threshold.</dd>
+<dd>Found by bisection, which runs changed scenarios and keeps the smallest sets that bring every step
+of a configuration back within its threshold. <i>code fix</i>: changes to the serving engine's code (run
+one layer through torch-reference, honour the direct-read flags, switch on one model-side fix).
+<i>workaround now</i>: kernels to disable, as <code>VLLM_DISABLED_KERNELS</code> does, so the next kernel
+in vLLM's priority list takes their layers - no code change. <i>known fix</i>: the upstream change known
+to fix the scenario, run at the same configuration. Every one of them was run; configurations with the
+same culprit and remedies are shown once.</dd>
 </dl>
 """
 
@@ -188,7 +236,7 @@ def render_html(result: TriageResult) -> str:
             steps_styler(result, c.tp, c.mode).to_html(),
             "</details>",
         ]
-    parts += [_legend(), "</body></html>", ""]
+    parts += [_provenance(result), _legend(), "</body></html>", ""]
     return "\n".join(parts)
 
 

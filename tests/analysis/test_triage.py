@@ -102,10 +102,13 @@ def test_v4_needs_three_fixes_at_tp1_and_one_at_tp8():
 def test_json_follows_the_schema_and_never_overwrites(buggy, tmp_path):
     path = buggy.to_json(tmp_path / "triage.json")
     data = json.loads(path.read_text())
-    assert set(data) == {"model", "platform", "scenario", "tokens", "device", "runs", "culprits"}
+    # Schema 1's keys keep their meaning (consumers of older reports); schema 2 only adds keys.
+    assert {"model", "platform", "scenario", "tokens", "device", "runs", "culprits"} <= set(data)
+    assert {"schema", "provenance", "bisection", "culprit_groups", "unresolved", "seed", "tp_sizes"} <= set(data)
+    assert data["schema"] == 2
     assert data["model"] == "tiny-kv512" and data["tokens"] == 8 and data["scenario"] == "vllm-pr51692"
     run = data["runs"][1]
-    assert set(run) == {"tp", "mode", "verdict", "first_divergent_step", "steps"}
+    assert {"tp", "mode", "verdict", "first_divergent_step", "steps"} <= set(run)
     assert (run["tp"], run["mode"], run["verdict"], run["first_divergent_step"]) == (
         1,
         "decode",
@@ -113,8 +116,16 @@ def test_json_follows_the_schema_and_never_overwrites(buggy, tmp_path):
         "absorb_uk",
     )
     step = run["steps"][0]
-    assert set(step) == {"name", "kernel", "rel_err", "violations"} and isinstance(step["rel_err"], float)
-    assert set(data["culprits"][0]) == {"tp", "mode", "step", "change", "explanation"}
+    assert {"name", "kernel", "rel_err", "violations"} <= set(step) and isinstance(step["rel_err"], float)
+    assert {"floor", "threshold", "diverged", "reason", "violation_details", "stats"} <= set(step)
+    absorb = next(s for s in run["steps"] if s["name"] == "absorb_uk")
+    assert absorb["diverged"] is True and absorb["rel_err"] > absorb["threshold"] > absorb["floor"] > 0
+    (detail,) = [v for v in absorb["violation_details"] if v["effective"]]
+    assert detail["kind"] == "direct-read-of-relaid-weight" and detail["message"] in absorb["violations"]
+    assert set(absorb["stats"]) == {"amax", "nan", "inf"} and absorb["stats"]["nan"] == 0
+    kv_b = next(s for s in data["runs"][0]["steps"] if s["name"] == "kv_b_proj")
+    assert kv_b["reason"].startswith("aiter-bpreshuffle: ") and kv_b["kernel"] == "aiter-bpreshuffle"
+    assert {"tp", "mode", "step", "change", "explanation"} <= set(data["culprits"][0])
     again = buggy.to_json(tmp_path / "triage.json")
     assert again.name == "triage-2.json" and path.read_text() == again.read_text()
 
@@ -143,3 +154,14 @@ def test_triage_reads_a_users_checkpoint_folder(tmp_path):
     )
     assert result.model == "ckpt" and result.config(2, "decode").verdict == "diverged"
     assert result.culprits[0].layer == "kv_b_proj"
+
+
+def test_triage_rejects_a_bad_tp_size_before_building_weights(monkeypatch):
+    from mla_debug.model import Checkpoint
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("weights were built before the TP sizes were checked")
+
+    monkeypatch.setattr(Checkpoint, "synthetic", classmethod(refuse))
+    with pytest.raises(ValueError, match="tp_size=3 does not divide num_heads=128"):
+        md.triage("deepseek-v3", "mi355x", "vllm-pr51692", tp_sizes=(1, 3))

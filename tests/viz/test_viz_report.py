@@ -9,6 +9,7 @@ import re
 from viz_triage_cases import BUGGY, FIXED, plotlyjs_copies, result, without_plotly_bundle
 
 from mla_debug.analysis import DIVERGENCE_FACTOR
+from mla_debug.analysis.changes import causes
 from mla_debug.viz import render_html, write_html
 
 
@@ -19,8 +20,13 @@ def test_report_holds_culprits_steps_and_one_inline_plotly(tmp_path):
     assert path == tmp_path / "triage.html"
     text = path.read_text(encoding="utf-8")
 
-    for culprit in r.culprits:
-        assert html.escape(culprit.explanation) in text
+    # TP1 and TP2 decode fail the same way: one block, the diagnosis and the code fix said once each.
+    (group,) = r.culprit_groups
+    assert group.configs == ((1, "decode"), (2, "decode"))
+    assert text.count(html.escape(causes(group.culprit.violations))) == 1
+    assert text.count(html.escape(group.culprit.change)) == 1
+    assert "<code>VLLM_DISABLED_KERNELS=AiterPreshuffledFp8BlockScaledMMKernel</code> restores decode" in text
+    assert "vLLM PR #56433 (scenario vllm-pr56433) restores decode" in text
     for config in r.configs:
         for step in config.diff.steps:
             assert step.name in text, step.name
@@ -72,3 +78,21 @@ def test_report_packs_plotlyjs_to_well_under_its_source_size():
 
     # The bundle alone is ~4.8 MB as source; packed, a whole report with its figures is under half that.
     assert len(render_html(result(BUGGY))) < len(get_plotlyjs()) / 2
+
+
+def test_report_says_where_the_numbers_came_from(tmp_path):
+    r = result(BUGGY)
+    text = render_html(r)
+    p = r.provenance
+    assert "<h2>Provenance</h2>" in text
+    for value in (
+        "synthetic, seed 0",
+        f"mla_debug {p.mla_debug_version}, torch {p.torch_version}",
+        p.tuned_table,
+        p.created,
+        f"max({p.divergence_factor:g} x floor, {p.min_threshold:g})",
+        "bisection: ",
+    ):
+        assert html.escape(value) in text, value
+    # the scenario's definition, not only its name
+    assert html.escape('"honour_layer_flags": false') in text

@@ -1,0 +1,96 @@
+"""Where a triage's numbers came from: weights, inputs, yardsticks, tables, software - as plain data.
+
+A report is read days later by someone who did not run it; every figure in it must be traceable to
+what produced it. `Provenance` is recorded by `triage` and written into the JSON and HTML reports.
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+import sys
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WeightsSource:
+    """Synthetic weights (with their seed) or a checkpoint (where it was read, which layer)."""
+
+    kind: str  # "synthetic" or "checkpoint"
+    seed: int | None = None
+    path: str | None = None
+    layer: int | None = None
+
+    def describe(self) -> str:
+        if self.kind == "synthetic":
+            return f"synthetic, seed {self.seed}"
+        where = self.path or "a Checkpoint object"
+        return f"checkpoint {where}, layer {self.layer}"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Everything needed to re-run a triage and to judge its numbers."""
+
+    mla_debug_version: str
+    torch_version: str
+    python_version: str
+    model: str
+    platform: str
+    weights: WeightsSource
+    scenario: dict[str, Any]  # Scenario.to_dict(): the definition, not just the name
+    tokens: int
+    seed: int  # seeds the input hidden states (and the weights when synthetic)
+    device: str
+    divergence_factor: float
+    min_threshold: float
+    tuned_table: str  # TunedTable.source of the table the scenario's kernel choice consulted
+    created: str  # ISO 8601, UTC
+    host: str = field(default_factory=lambda: f"{_platform.system()} {_platform.machine()}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Provenance:
+        data = dict(data)
+        data["weights"] = WeightsSource(**data["weights"])
+        return cls(**data)
+
+    def line(self) -> str:
+        """One line for a terminal: weights, inputs, yardsticks, versions."""
+        return (
+            f"weights {self.weights.describe()}; {self.tokens} tokens, seed {self.seed}; on {self.device}; "
+            f"threshold max({self.divergence_factor:g} x floor, {self.min_threshold:g}); "
+            f"tuned table: {self.tuned_table}; mla_debug {self.mla_debug_version}, torch {self.torch_version}"
+        )
+
+
+def collect(bench, scen, factor: float) -> Provenance:
+    """The provenance of a triage of `scen` on the Workbench `bench` with divergence factor `factor`."""
+    import torch
+
+    from .. import __version__
+    from .noise import MIN_THRESHOLD
+
+    if bench.checkpoint_source is None:
+        weights = WeightsSource("synthetic", seed=bench.seed)
+    else:
+        weights = WeightsSource("checkpoint", path=bench.checkpoint_source or None, layer=bench.ckpt.layer)
+    return Provenance(
+        mla_debug_version=__version__,
+        torch_version=torch.__version__,
+        python_version=sys.version.split()[0],
+        model=bench.cfg.name,
+        platform=bench.platform.name,
+        weights=weights,
+        scenario=scen.to_dict(),
+        tokens=bench.tokens,
+        seed=bench.seed,
+        device=bench.device.type,
+        divergence_factor=float(factor),
+        min_threshold=float(MIN_THRESHOLD),
+        tuned_table=bench.tuned_source(scen),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
