@@ -3,6 +3,7 @@ child process, with a stand-in `tensorboard` program)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -157,6 +158,21 @@ FAKE_TENSORBOARD = """\
 """
 
 
+@contextlib.contextmanager
+def _interruptible_children():
+    """Children started inside stop on Ctrl-C (SIGINT), as when started from a terminal. A test run started
+    in the background (nohup, `cmd &` in a script, some CI runners) ignores SIGINT, which a child inherits,
+    so the CLI would never see the Ctrl-C this test sends; a handled signal resets to its default in a child."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -176,13 +192,14 @@ def test_tensorboard_serves_on_localhost_and_leaves_no_process_behind(tmp_path, 
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", FAKE_TB_LOG=str(log))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "mla_debug.cli", "tensorboard", str(logdir)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with _interruptible_children():
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "mla_debug.cli", "tensorboard", str(logdir)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
         url_line = cli.stdout.readline()
         deadline = time.monotonic() + 60
