@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 import mla_debug as md
-from mla_debug.kernels.triton_gemm import autotune, launch_config, triton_block_scaled_mm
+from mla_debug.gpu.gemm.launcher import autotune, launch_config, triton_block_scaled_mm
 
 SHAPES = [(24576, 1536), (3072, 1536), (32768, 512), (4096, 512), (7168, 16384), (7168, 2048), (2112, 7168)]
 MS = [1, 16, 64, 256, 1024, 4096, 8192]

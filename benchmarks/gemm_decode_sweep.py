@@ -24,7 +24,7 @@ from gemm_bench import (  # benchmarks/ is on sys.path when run as a script
 )
 
 import mla_debug as md
-from mla_debug.kernels.triton_gemm import BLOCK, LaunchConfig, launch_config, triton_block_scaled_mm
+from mla_debug.gpu.gemm.launcher import BLOCK, LaunchConfig, launch_config, triton_block_scaled_mm
 
 # The decode cases where the heuristic was slower than cuBLAS (RESULTS.md), and two where it was not.
 CASES = [

@@ -19,8 +19,8 @@ import torch
 from gemm_bench import Timer, check, operands, parse_cases  # benchmarks/ is on sys.path when run as a script
 
 import mla_debug as md
-from mla_debug import _triton_env as triton_env
-from mla_debug.kernels.triton_gemm import interleaved_stages, launch_config, triton_block_scaled_mm
+from mla_debug.gpu import triton_env
+from mla_debug.gpu.gemm.launcher import interleaved_stages, launch_config, triton_block_scaled_mm
 
 SHAPES = [(24576, 1536), (3072, 1536), (32768, 512), (4096, 512), (7168, 16384), (7168, 2048), (2112, 7168)]
 CASES = [(n, k, m) for m in (64, 256, 1024, 4096) for n, k in SHAPES]

@@ -18,7 +18,7 @@ import argparse
 import torch
 from gemm_bench import check, operands, parse_cases, triton_variants  # benchmarks/ is on sys.path when run as a script
 
-from mla_debug.kernels.triton_gemm import launch_config
+from mla_debug.gpu.gemm.launcher import launch_config
 
 CASES = [(3072, 1536, 8192), (24576, 1536, 1024), (24576, 1536, 1), (7168, 16384, 256)]
 

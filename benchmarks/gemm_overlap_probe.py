@@ -27,7 +27,7 @@ import torch
 from gemm_bench import SHAPES, Timer, check, cublas_call, operands, parse_cases
 
 import mla_debug as md
-from mla_debug.kernels.triton_gemm import LaunchConfig, launch_config, triton_block_scaled_mm
+from mla_debug.gpu.gemm.launcher import LaunchConfig, launch_config, triton_block_scaled_mm
 
 CASES = [(n, k, m) for m in (1024, 4096, 8192) for n, k in SHAPES]
 TILES = {"128x128": (128, 128, 8), "64x128": (64, 128, 4)}

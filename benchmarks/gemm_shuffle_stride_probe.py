@@ -27,7 +27,7 @@ import torch
 from gemm_bench import Timer, check, operands, parse_cases  # benchmarks/ is on sys.path when run as a script
 
 import mla_debug as md
-from mla_debug.kernels.triton_gemm import launch_config, triton_block_scaled_mm
+from mla_debug.gpu.gemm.launcher import launch_config, triton_block_scaled_mm
 
 CASES = [
     (2112, 7168, 256),

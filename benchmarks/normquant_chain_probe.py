@@ -37,12 +37,12 @@ import triton
 import triton.language as tl
 from normquant_bench import markdown_table, time_graph  # benchmarks/ is on sys.path when run as a script
 
-from mla_debug.normquant import _triton_support as support
+from mla_debug.gpu.normquant import support
 from mla_debug.normquant import triton_fused, triton_unfused
 from mla_debug.normquant._inputs import validate_inputs
 
 SHAPES = {"V4-Flash": (1024, 512), "V4-Pro/R1-MLA": (1536, 512)}
-SOURCE = Path(support.__file__).with_name("_triton_kernels.py")
+SOURCE = Path(support.__file__).with_name("kernels.py")
 
 CONST_DIV_FN = '''
 

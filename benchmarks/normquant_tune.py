@@ -16,7 +16,7 @@ import itertools
 import torch
 from normquant_bench import time_graph  # benchmarks/ is on sys.path when this file runs as a script
 
-from mla_debug.normquant import _triton_support as support
+from mla_debug.gpu.normquant import support
 from mla_debug.normquant import triton_fused
 from mla_debug.normquant._inputs import validate_inputs
 

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from ..gpu.gemm import runs_on, triton_block_scaled_mm, triton_status
 from ..layouts import QuantizedActivation
 from ..numerics import E4M3FN, E4M3FNUZ
 from .aiter_emulated import SHUFFLE, AiterBlockscaleEmulated, AiterBpreshuffleEmulated, tuned_row_check
 from .base import Contract, GemmProblem, register_kernel
 from .block_gemm import Accumulation
 from .platforms import Platform, platform
-from .triton_gemm import runs_on, triton_block_scaled_mm, triton_status
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear

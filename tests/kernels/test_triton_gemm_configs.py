@@ -10,7 +10,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mla_debug.kernels.triton_gemm import (
+from mla_debug.gpu.gemm.launcher import (
     BLOCK,
     _candidates,
     _heuristic,
@@ -220,13 +220,13 @@ def test_launch_config_asks_the_heuristic_with_the_devices_facts(monkeypatch):
     warp-specialized kernel."""
     import torch
 
-    from mla_debug import _triton_env
-    from mla_debug.kernels import triton_gemm
+    from mla_debug.gpu import triton_env
+    from mla_debug.gpu.gemm import launcher
 
-    monkeypatch.setattr(_triton_env, "sm_count", lambda device: 132)
-    monkeypatch.setattr(_triton_env, "hopper_gluon", lambda device: True)
+    monkeypatch.setattr(triton_env, "sm_count", lambda device: 132)
+    monkeypatch.setattr(triton_env, "hopper_gluon", lambda device: True)
     device = torch.device("cpu")
     for m, n, k in ((4096, 4096, 512), (1, 7168, 2048), (300, 2112, 7168)):
-        assert triton_gemm.launch_config(m, n, k, device) == _heuristic(m, n, k, 132, False, True)
-    assert triton_gemm.launch_config(4096, 4096, 512, device).specialized
-    assert triton_gemm.launch_config(4096, 4096, 512, device, fnuz=True) == _heuristic(4096, 4096, 512, 132, True)
+        assert launcher.launch_config(m, n, k, device) == _heuristic(m, n, k, 132, False, True)
+    assert launcher.launch_config(4096, 4096, 512, device).specialized
+    assert launcher.launch_config(4096, 4096, 512, device, fnuz=True) == _heuristic(4096, 4096, 512, 132, True)

@@ -99,7 +99,7 @@ def test_explicit_triton_on_cpu_without_the_interpreter_says_why(no_interpreter)
 
 @pytest.mark.skipif(not _triton_installed(), reason="triton is not installed")
 def test_explicit_triton_on_cpu_runs_under_the_interpreter(interpreter):
-    from mla_debug.normquant import _triton_support as support
+    from mla_debug.gpu.normquant import support
 
     why = support.triton_unavailable_reason(torch.device("cpu"))
     if why is not None:
@@ -122,7 +122,7 @@ def test_scales_are_stored_in_place_only_by_nvidia_launches_with_few_programs(
 ):
     # inline PTX exists only on NVIDIA GPUs (not ROCm, not the interpreter), and pays off only where a
     # launch's time is one thread's chain (short_chain: few programs)
-    from mla_debug.normquant import _triton_support as support
+    from mla_debug.gpu.normquant import support
 
     monkeypatch.setattr(torch.version, "hip", hip)
     config = support.RowLaunch(1, 4, short_chain=short_chain)

@@ -6,10 +6,10 @@ in the byte order the kernel is built for (ROW_MAJOR for ``gemm_a8w8_blockscale`
 preshuffled. Triton is imported on the first call, so this module imports on machines without it.
 
 Four kernels compute the same bytes for the same tiles: the Triton kernel (every GPU, and the CPU
-under the interpreter); on sm_90, the Gluon kernel (_gluon_gemm: a preshuffled weight staged unswizzled,
+under the interpreter); on sm_90, the Gluon kernel (gluon_kernel: a preshuffled weight staged unswizzled,
 and with `LaunchConfig.overlap` either weight with the promotion overlapped with the next MMA), its
-persistent form (_gluon_persistent_gemm, `LaunchConfig.persistent`), and a warp-specialized one for
-either weight (_gluon_specialized_gemm, `LaunchConfig.specialized`; persistent with
+persistent form (gluon_persistent, `LaunchConfig.persistent`), and a warp-specialized one for
+either weight (gluon_specialized, `LaunchConfig.specialized`; persistent with
 `LaunchConfig.persistent`, storing through TMA with `LaunchConfig.tma_store`), the heuristic's choice
 from M = 1024 on sm_90.
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .. import _triton_env as triton_env
-from .._checks import describe, is_dense
-from ..layouts import ScaleLayout
-from ..numerics import E4M3FN, E4M3FNUZ, Fp8Format
+from ..._checks import describe, is_dense
+from ...layouts import ScaleLayout
+from ...numerics import E4M3FN, E4M3FNUZ, Fp8Format
+from .. import triton_env
 
 BLOCK = 128
 SHUFFLE_BAND = 16
@@ -44,19 +44,19 @@ class LaunchConfig:
     num_stages: int
     group_m: int = 8
     split_k: int = 1
-    stagger: bool = True  # column tile j starts its K loop at block j (see _triton_gemm_kernel)
+    stagger: bool = True  # column tile j starts its K loop at block j (see triton_kernel)
     # Scale each block's product into the accumulator while the next block multiplies (the Gluon kernel,
-    # wgmma tiles without split-K; see _gluon_gemm). Changes no arithmetic.
+    # wgmma tiles without split-K; see gluon_kernel). Changes no arithmetic.
     overlap: bool = False
     # The same loop in a persistent grid, one program per SM running its copy pipeline on across its tiles
-    # (see _gluon_persistent_gemm). Changes no arithmetic.
+    # (see gluon_persistent). Changes no arithmetic.
     persistent: bool = False
     # 128 x 128 tiles by a warp-specialized kernel: a TMA producer warp and two consumer warpgroups that
-    # never wait for each other (see _gluon_specialized_gemm); with `persistent`, one program per SM.
+    # never wait for each other (see gluon_specialized); with `persistent`, one program per SM.
     # Changes no arithmetic.
     specialized: bool = False
     # The warp-specialized kernel's epilogue through shared memory and a TMA store, which drains while the
-    # consumers go on to the next tile (see _gluon_specialized_gemm). Changes no arithmetic.
+    # consumers go on to the next tile (see gluon_specialized). Changes no arithmetic.
     tma_store: bool = False
 
     def __str__(self) -> str:
@@ -508,7 +508,7 @@ def triton_block_scaled_mm(
         arrivals = torch.zeros(tiles, dtype=torch.int32, device=a.device)
     else:
         partials, arrivals = out, out  # never touched
-    from ._triton_gemm_kernel import block_scaled_gemm_kernel
+    from .triton_kernel import block_scaled_gemm_kernel
 
     # e4m3fn goes in as fp8 (tensor cores read it directly); e4m3fnuz as bytes the kernel decodes.
     operand = torch.uint8 if fnuz else torch.float8_e4m3fn
@@ -519,7 +519,7 @@ def triton_block_scaled_mm(
     buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
     strides = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)  # scales, out, partials
     if cfg.specialized:
-        from ._gluon_specialized_gemm import specialized_gemm_kernel
+        from .gluon_specialized import specialized_gemm_kernel
 
         # Persistent: one program per SM (its stages and staging tiles fill an SM's shared memory).
         programs = min(tiles, triton_env.sm_count(a.device)) if cfg.persistent else tiles
@@ -535,7 +535,7 @@ def triton_block_scaled_mm(
         )  # fmt: skip
         return out
     if cfg.persistent:
-        from ._gluon_persistent_gemm import persistent_gemm_kernel
+        from .gluon_persistent import persistent_gemm_kernel
 
         programs = min(tiles, triton_env.sm_count(a.device) * persistent_programs_per_sm(cfg))
         persistent_gemm_kernel[(programs,)](
@@ -544,7 +544,7 @@ def triton_block_scaled_mm(
         )  # fmt: skip
         return out
     if use_gluon:
-        from ._gluon_gemm import gluon_gemm_kernel
+        from .gluon_kernel import gluon_gemm_kernel
 
         if shuffled and config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
             cfg = interleaved_config(cfg, m, n, k, triton_env.sm_count(a.device))

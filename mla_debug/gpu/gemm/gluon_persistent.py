@@ -22,7 +22,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma_wait
 
-from ._gluon_gemm import (
+from .gluon_kernel import (
     _copy,
     _start_mma,
     _weight_tile,

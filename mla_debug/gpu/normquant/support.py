@@ -24,13 +24,13 @@ from types import ModuleType
 
 import torch
 
-from .. import _triton_env as triton_env
-from .._triton_env import interpreting
-from ..layouts import ScaleLayout
-from ..numerics import E4M3FN, E4M3FNUZ, Fp8Format, QuantFlavor
-from ..numerics.quantize import Fp8OverflowWarning, _tie_rounds_up, overflow_threshold
+from ...layouts import ScaleLayout
+from ...numerics import E4M3FN, E4M3FNUZ, Fp8Format, QuantFlavor
+from ...numerics.quantize import Fp8OverflowWarning, _tie_rounds_up, overflow_threshold
+from .. import triton_env
+from ..triton_env import interpreting
 
-_KERNELS = f"{__package__}._triton_kernels"
+_KERNELS = f"{__package__}.kernels"
 
 
 def triton_unavailable_reason(device: torch.device) -> str | None:

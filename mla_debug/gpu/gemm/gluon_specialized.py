@@ -36,7 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._gluon_gemm import _copy, tile_coordinates
+from .gluon_kernel import _copy, tile_coordinates
 
 # TMA copies: async_load / async_store from triton 3.7 on, async_copy_global_to_shared / _shared_to_global
 # before.
@@ -151,7 +151,7 @@ def _produce(
     else cp.async, 4 per thread) and both tiles (TMA), all completing on the slot's ready barrier. Steps
     are numbered across tiles: step g uses slot g % STAGES in phase (g // STAGES) & 1.
 
-    A shuffled weight's descriptor (`triton_gemm.tma_descriptors`) addresses it as [K chunk, 16-row band,
+    A shuffled weight's descriptor (`launcher.tma_descriptors`) addresses it as [K chunk, 16-row band,
     256 bytes]: its box of 8 chunks x 8 bands lands chunk-major, [K chunk, row, 16 bytes], the unswizzled
     layout wgmma reads."""
     (a_desc, w_desc, _, s_desc, a_bufs, w_bufs, _, s_bufs, ready, empty, a_scale_ptr, _, _, M, N, K, stride_sm,
