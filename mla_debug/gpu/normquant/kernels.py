@@ -156,10 +156,10 @@ def _store_scales(ptrs, scale, mask, IN_PLACE: tl.constexpr):
     """Store the (rows, groups) scales from the layout the group amax reduction left them in.
 
     Triton gives every ``tl.store`` a layout of its own (one scale per thread, for coalescing) and moves
-    the values there through shared memory, behind barriers, at the end of every program: 0.02-0.26 us of
-    a 1.5 us launch at decode sizes. IN_PLACE (inline PTX) has every thread store the scales it holds
-    instead; the lanes that share a group write the same value to the same address, which the memory
-    system merges. With one warp per row a thread then issues several stores where tl.store needs one,
+    the values there through shared memory, behind barriers, at the end of every program: a measurable
+    part of a launch at decode sizes (RESULTS.md). IN_PLACE (inline PTX) has every thread store the
+    scales it holds instead; the lanes that share a group write the same value to the same address,
+    which the memory system merges. With one warp per row a thread then issues several stores where tl.store needs one,
     which launches with many rows (bound by instruction issue) pay for, so they keep tl.store.
     """
     if IN_PLACE:
