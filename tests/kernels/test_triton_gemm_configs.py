@@ -101,32 +101,6 @@ def test_decode_launches_keep_every_sm_streaming(m, n, k, sms, fnuz):
         assert cfg.split_k == 1 and (programs >= sms // 2 or cfg.block_n == 32 or cfg.block_m == 64)
 
 
-def _decode_sweep():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    bench_dir = Path(__file__).resolve().parents[2] / "benchmarks"
-    sys.path.insert(0, str(bench_dir))  # the sweep imports gemm_bench as its neighbour
-    try:
-        spec = importlib.util.spec_from_file_location("gemm_decode_sweep", bench_dir / "gemm_decode_sweep.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(bench_dir))
-    return module
-
-
-def test_the_decode_sweep_only_times_configs_the_kernel_accepts():
-    sweep = _decode_sweep()
-    for n, k, m in sweep.CASES:
-        configs = sweep.grid(m, n, k)
-        assert len(set(configs)) == len(configs) > 0
-        for cfg in configs:
-            assert BLOCK % cfg.block_n == 0 and cfg.block_m >= 16 and cfg.num_warps == 4
-            assert k // BLOCK // cfg.split_k >= 4
-
-
 @settings(max_examples=200, deadline=None)
 @given(**sizes)
 def test_the_interleaved_kernel_only_deepens_or_shallows_the_pipeline(m, n, k, sms, fnuz):
