@@ -1,6 +1,7 @@
 """CPU cost of one DeepSeek-V3 attention layer (real dimensions, synthetic weights, FP8 emulation).
 
-Run: .venv/bin/python benchmarks/cpu_layer_bench.py [--tokens 64] [--repeats 3]
+  PYTHONPATH=. python3 benchmarks/cpu_layer_bench.py [--tokens 64] [--repeats 3] [--mode decode]
+      [--model deepseek-v3] [--tp 1,8] [--out FILE]
 
 Each TP size runs in a fresh subprocess (so its peak RSS is its own), side by side in one invocation:
   synthetic ckpt - generate the layer's weights (Checkpoint.synthetic, seed 0) and quantize them; its peak
@@ -15,23 +16,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import statistics
-import subprocess
-import sys
 import time
 
+from benchmarks.harness import (
+    environment,
+    int_list,
+    markdown_table,
+    median_seconds,
+    peak_rss_gb,
+    run_module,
+    write_report,
+)
 
-def measure(tp: int, tokens: int, repeats: int, mode: str) -> dict:
+
+def measure(model: str, tp: int, tokens: int, repeats: int, mode: str) -> dict:
     import torch
 
     import mla_debug as md
 
-    cfg = md.MLAConfig.preset("deepseek-v3")
+    cfg = md.MLAConfig.preset(model)
     start = time.perf_counter()
     ckpt = md.Checkpoint.synthetic(cfg, seed=0, progress=False)
     synth = time.perf_counter() - start
-    synth_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    synth_rss = peak_rss_gb()
     hidden = torch.randn(tokens, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
     positions = torch.arange(tokens)
     start = time.perf_counter()
@@ -42,12 +49,7 @@ def measure(tp: int, tokens: int, repeats: int, mode: str) -> dict:
     first = time.perf_counter() - start
 
     def timed(record: bool) -> float:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            layer.run(hidden, positions, mode=mode, record=record)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return median_seconds(lambda: layer.run(hidden, positions, mode=mode, record=record), repeats)
 
     warm_on, warm_off = timed(True), timed(False)
     return dict(
@@ -58,60 +60,60 @@ def measure(tp: int, tokens: int, repeats: int, mode: str) -> dict:
         first_s=first,
         warm_record_s=warm_on,
         warm_norecord_s=warm_off,
-        peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        peak_rss_gb=peak_rss_gb(),
         kernels={k: v.split(":")[0] for k, v in layer.kernels.items()},
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--mode", default="prefill")
+    parser.add_argument("--mode", default="prefill", choices=["prefill", "decode"])
+    parser.add_argument("--model", default="deepseek-v3", help="an MLAConfig preset")
+    parser.add_argument("--tp", type=int_list, default=[1, 8], help="TP sizes, each in its own process")
+    parser.add_argument("--out", default=None, help="also write the markdown here")
     parser.add_argument("--case", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.case is not None:
-        print(json.dumps(measure(args.case, args.tokens, args.repeats, args.mode)))
+        print(json.dumps(measure(args.model, args.case, args.tokens, args.repeats, args.mode)))
         return
     rows = []
-    for tp in (1, 8):
-        out = subprocess.run(
+    for tp in args.tp:
+        common = ["--tokens", str(args.tokens), "--repeats", str(args.repeats), "--mode", args.mode]
+        out = run_module("cpu_layer_bench", "--case", str(tp), "--model", args.model, *common)
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+    table = markdown_table(
+        [
+            "TP", "synthetic ckpt", "its peak RSS GB", "build", "first forward", "warm, recording",
+            "warm, no recording", "peak RSS GB",
+        ],
+        [
             [
-                sys.executable,
-                __file__,
-                "--case",
-                str(tp),
-                "--tokens",
-                str(args.tokens),
-                "--repeats",
-                str(args.repeats),
-                "--mode",
-                args.mode,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
+                r["tp"], f"{r['synth_s']:.2f}", f"{r['synth_rss_gb']:.2f}", f"{r['build_s']:.2f}", f"{r['first_s']:.2f}",
+                f"{r['warm_record_s']:.2f}", f"{r['warm_norecord_s']:.2f}", f"{r['peak_rss_gb']:.2f}",
+            ]
+            for r in rows
+        ],
+    )  # fmt: skip
+    lines = [
+        environment(),
+        "",
+        f"{args.model}, {args.tokens} tokens, {args.mode}, mi355x / vllm-pr56433; times in s",
+        table,
+        "",
+    ]
+    first = rows[0]
+    for r in rows[1:]:
+        lines.append(
+            f"TP{r['tp']} / TP{first['tp']} warm forward: {r['warm_record_s'] / first['warm_record_s']:.2f}x; "
+            f"first forward: {r['first_s'] / first['first_s']:.2f}x; build: {r['build_s'] / first['build_s']:.2f}x"
         )
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    print(f"DeepSeek-V3 real dims, {args.tokens} tokens, {args.mode}, mi355x / vllm-pr56433; times in s")
-    print(
-        "| TP | synthetic ckpt | its peak RSS GB | build | first forward | warm, recording | warm, no recording "
-        "| peak RSS GB |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['tp']} | {r['synth_s']:.2f} | {r['synth_rss_gb']:.2f} | {r['build_s']:.2f} | {r['first_s']:.2f} | "
-            f"{r['warm_record_s']:.2f} | {r['warm_norecord_s']:.2f} | {r['peak_rss_gb']:.2f} |"
-        )
-    tp1, tp8 = rows
-    print(
-        f"\nTP8 / TP1 warm forward: {tp8['warm_record_s'] / tp1['warm_record_s']:.2f}x; "
-        f"first forward: {tp8['first_s'] / tp1['first_s']:.2f}x; build: {tp8['build_s'] / tp1['build_s']:.2f}x"
-    )
-    for r in rows:
-        print(f"TP{r['tp']} recording on / off: {r['warm_record_s'] / r['warm_norecord_s']:.3f}x")
-    print(f"kernels at TP8: {tp8['kernels']}")
+    lines += [f"TP{r['tp']} recording on / off: {r['warm_record_s'] / r['warm_norecord_s']:.3f}x" for r in rows]
+    lines.append(f"kernels at TP{rows[-1]['tp']}: {rows[-1]['kernels']}")
+    text = "\n".join(lines)
+    print(text)
+    write_report(args.out, text)
 
 
 if __name__ == "__main__":

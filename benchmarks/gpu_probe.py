@@ -1,19 +1,26 @@
-"""Probes of GPU behaviour the kernels depend on (prints facts; asserts nothing).
+"""Facts about the GPU that the kernels depend on, printed (asserts nothing; run_gpu_checks.sh logs them).
+
+  PYTHONPATH=. python3 benchmarks/gpu_probe.py
 
 1. Which M does cuBLAS blockwise scaled_mm accept with a correct COL_MAJOR_STRIDED activation scale?
+   (`cublas-blockwise` pads M to a multiple of 4 because of the answer, RESULTS.md.)
 2. Where do group quantization results differ between the CPU and the GPU, stage by stage?
 """
 
 from __future__ import annotations
 
+import argparse
+
 import torch
-from torch.nn.functional import ScalingType, scaled_mm
 
 import mla_debug as md
+from benchmarks.harness import environment, require_cuda
 
 
 def cublas_m_sweep() -> None:
     """Raw scaled_mm calls (not the adapter, which pads M) for a range of M."""
+    from torch.nn.functional import ScalingType, scaled_mm
+
     n, k = 256, 512
     w = md.quantize_blocks(torch.randn(n, k, device="cuda") * 0.02)
     for m in [1, 2, 3, 4, 5, 7, 8, 12, 15, 16, 17, 31, 32, 33, 64, 100]:
@@ -68,6 +75,13 @@ def quant_stage_diff() -> None:
             print(f"   y={y[t].item()!r}: cpu byte {cast_cpu[t].item():#04x} gpu byte {cast_gpu[t].item():#04x}")
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    require_cuda("gpu_probe")
+    print(environment("cuda"))
     cublas_m_sweep()
     quant_stage_diff()
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 import mla_debug as md
+from benchmarks.harness import environment, require_cuda
 
 CASES = {
     "dsv3-cublas": ("deepseek-v3", "nvidia-cublas", None),
@@ -35,13 +36,13 @@ def scenario_for(name: str, fused: bool | None) -> md.Scenario:
     return dataclasses.replace(scen, name=f"{name}-{'fused' if fused else 'unfused'}-norm-quant", behaviour=behaviour)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for the traces (a fresh one per case inside)")
     parser.add_argument("--tokens", type=int, default=64)
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_profile_samples.py needs a CUDA GPU")
+    args = parser.parse_args(argv)
+    require_cuda("gpu_profile_samples")
+    print(environment("cuda"))
     checkpoints = {}
     for case, (model, scenario_name, fused) in CASES.items():
         cfg = md.MLAConfig.preset(model)

@@ -11,27 +11,37 @@ Before timing, every variant is checked on one shape against the library's torch
 ones bit for bit, the plain-torch ones within what their approximate rsqrt and fp32 sums allow (1 bf16
 ulp on k and the stored q, 1 fp8 ulp on the bytes); a failure stops the run.
 
-Times: (1) median of CUDA-event-timed single calls, L2 flushed before each (a 1 GiB write, untimed);
-(2) CUDA-graph replay: N calls captured in one graph, replay time / N (no launch overhead), the calls
-rotating over enough buffer sets (up to 8) that a large-M call never finds the previous one's data in L2.
+Times (`harness`): (1) median of CUDA-event-timed single calls, L2 flushed before each (`EventTimer`);
+(2) CUDA-graph replay: N calls captured in one graph, replay time / N (no launch overhead; `time_graph`),
+the calls rotating over enough buffer sets (up to 8) that a large-M call never finds the previous one's
+data in L2.
 The fused kernel's achieved bandwidth counts the bytes it must move - q and k read, q fp8 + scales +
 k written (+ residual read and sum written, if used) - and is compared with a device-to-device copy
 measured in the same run (bytes read + written / time).
 
-Run from the repo root:  PYTHONPATH=. python3 benchmarks/normquant_bench.py [--quick] [--out FILE]
+Run from the repo root:  PYTHONPATH=. python3 benchmarks/normquant_bench.py [--quick] [--ms 1,64] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
+from benchmarks.harness import (
+    EventTimer,
+    copy_bandwidth,
+    environment,
+    int_list,
+    markdown_table,
+    require_cuda,
+    time_graph,
+    write_report,
+)
 
 SHAPES = {"V4-Flash": (1024, 512), "V4-Pro/R1-MLA": (1536, 512)}
 MS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
@@ -39,8 +49,6 @@ QUICK_MS = (1, 64, 1024, 16384)
 VARIANTS = ("fused", "triton-3", "torch-eager", "torch-compile")
 GROUP = 128
 EPS = 1e-6
-# 1 GiB: writing it outlasts the host's enqueueing of the timed call, so host overhead is not timed.
-FLUSH_BYTES = 1 << 30
 FP8_MAX = 448.0  # e4m3fn with the aiter flavor (what the NVIDIA path uses)
 
 
@@ -65,12 +73,6 @@ def speedup(base_us: float | None, fused_us: float | None) -> str:
 
 def fmt_us(us: float | None) -> str:
     return "n/a" if us is None else f"{us:.1f}"
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def plain_rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -144,7 +146,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--col-major", action="store_true", help="transpose_scale=True (COL_MAJOR scale bytes)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     parser.add_argument("--shapes", nargs="*", choices=list(SHAPES), default=list(SHAPES))
-    parser.add_argument("--ms", nargs="*", type=int, default=None, help="override the M values")
+    parser.add_argument("--ms", type=int_list, default=None, help="M1,M2,... instead of the default M values")
     return parser.parse_args(argv)
 
 
@@ -180,11 +182,11 @@ def make_case(n1: int, n2: int, m: int, transpose_scale: bool, seed: int = 0) ->
 
 def variants(case: Case, compiled: Callable | None) -> dict[str, Callable[[], object]]:
     """Zero-argument callables, outputs preallocated where the path allows (the Triton ones)."""
-    from mla_debug.normquant import triton_fused, triton_unfused
+    from mla_debug.gpu.normquant import launch
 
-    fused_out = triton_fused.allocate_outputs(case.args, return_unquantized=False)
-    fused = triton_fused.make_launch(case.args, fused_out)
-    three, _, _ = triton_unfused.make_v4_launch(case.args)
+    fused_out = launch.allocate_outputs(case.args, return_unquantized=False)
+    fused = launch.make_launch(case.args, fused_out)
+    three, _, _ = launch.make_v4_launch(case.args)
     calls: dict[str, Callable[[], object]] = {
         "fused": fused,
         "triton-3": three,
@@ -197,20 +199,16 @@ def variants(case: Case, compiled: Callable | None) -> dict[str, Callable[[], ob
 
 def check_correctness(n1: int, n2: int, m: int, transpose_scale: bool, compiled: Callable | None) -> None:
     """Every variant against the library's torch backend on one shape; raises on any mismatch."""
-    from mla_debug.normquant import (
-        fused_qk_rmsnorm_group_quant,
-        norm_then_quant_for_v4,
-        triton_fused,
-        triton_norm_then_quant_for_v4,
-    )
+    from mla_debug.gpu.normquant import launch
+    from mla_debug.normquant import fused_qk_rmsnorm_group_quant, norm_then_quant_for_v4, triton_norm_then_quant_for_v4
 
     case = make_case(n1, n2, m, transpose_scale, seed=123)
     kw = dict(transpose_scale=transpose_scale)
     ref = fused_qk_rmsnorm_group_quant(case.q, case.q_w, EPS, case.k, case.k_w, backend="torch", **kw)
-    outs = triton_fused.allocate_outputs(case.args, False)
+    outs = launch.allocate_outputs(case.args, False)
     outs.q_bytes.fill_(0xFF)
     outs.scale.fill_(float("nan"))
-    triton_fused.make_launch(case.args, outs)()
+    launch.make_launch(case.args, outs)()
     torch.cuda.synchronize()
     bad = int((outs.q_bytes != ref.q_quant.data.view(torch.uint8)).sum())
     bad_scales = int((outs.scale.view(torch.int32) != ref.q_quant.scale.view(torch.int32)).sum())
@@ -225,76 +223,6 @@ def check_correctness(n1: int, n2: int, m: int, transpose_scale: bool, compiled:
     if compiled is not None:
         check_plain("torch-compile", compiled(case.q, case.q_w, case.k, case.k_w, transpose_scale), ref_v4)
     print(f"correctness on {n1}/{n2} M={m}: fused and triton-3 bitwise, plain torch within 1 ulp - OK", flush=True)
-
-
-def time_events(fn: Callable[[], object], iters: int, flush: torch.Tensor) -> float:
-    """Median microseconds of single calls, L2 flushed (untimed) before each."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for start, end in zip(starts, ends):
-        flush.zero_()  # also keeps the GPU busy while the CPU enqueues the timed call
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1000.0
-
-
-def time_graph(fn: Callable[[], object] | list[Callable[[], object]], calls: int, replays: int) -> float | None:
-    """Microseconds per call of `calls` calls captured in one CUDA graph (median over replays).
-
-    Given a list, call i runs fns[i % len(fns)]: the same op on different buffers, so that consecutive
-    calls do not find each other's data in L2.
-    """
-    fns = fn if isinstance(fn, list) else [fn]
-    try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for f in fns:
-                f()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(calls):
-                fns[i % len(fns)]()
-    except Exception as err:  # e.g. a path that syncs or allocates in a way capture refuses
-        print(f"  graph capture failed: {type(err).__name__}: {err}", file=sys.stderr)
-        return None
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / calls)
-    del graph
-    return statistics.median(times)
-
-
-def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 20) -> float:
-    """Device-to-device copy bandwidth in GB/s: (bytes read + bytes written) / time."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(1)
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1000.0)
-    del src, dst
-    return 2 * nbytes / statistics.median(times) / 1e9
 
 
 def compile_plain() -> Callable | None:
@@ -316,21 +244,13 @@ def warm_compiled(compiled: Callable, case: Case) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    if not torch.cuda.is_available():
-        print("normquant_bench: needs a CUDA GPU (the Triton kernels run compiled)", file=sys.stderr)
-        return 2
-    import triton
-
+    require_cuda("normquant_bench")
     iters = opts.iters or (30 if opts.quick else 200)
     graph_calls = opts.graph_calls or (20 if opts.quick else 100)
     replays = 5 if opts.quick else 20
     ms = tuple(opts.ms) if opts.ms else (QUICK_MS if opts.quick else MS)
     compiled = None if opts.no_compile else compile_plain()
-    device = torch.cuda.get_device_name()
-    header_line = (
-        f"{device}, torch {torch.__version__}, triton {triton.__version__}, "
-        f"{time.strftime('%Y-%m-%d')}, scale {'COL_MAJOR' if opts.col_major else 'ROW_MAJOR'}"
-    )
+    header_line = f"{environment('cuda')}, scale {'COL_MAJOR' if opts.col_major else 'ROW_MAJOR'}"
     print(header_line, flush=True)
     if compiled is not None:
         try:
@@ -344,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     check_correctness(1024, 512, 16384, opts.col_major, compiled)
     ceiling = copy_bandwidth()
     print(f"device copy bandwidth: {ceiling:.0f} GB/s (read + write)", flush=True)
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    timer = EventTimer(iters, warmup=5)
     l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
 
     event_rows, graph_rows = [], []
@@ -360,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                 warm_compiled(compiled, cases[0])
             per_set = [variants(c, compiled) for c in cases]
             calls = per_set[0]
-            ev = {name: time_events(fn, iters, flush) for name, fn in calls.items()}
+            ev = {name: timer(fn) for name, fn in calls.items()}
             gr = {name: time_graph([s[name] for s in per_set], graph_calls, replays) for name in calls}
             for rows, t in ((event_rows, ev), (graph_rows, gr)):
                 gbs = moved / (t["fused"] * 1e-6) / 1e9 if t.get("fused") else None
@@ -388,12 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print("\n" + text)
-    if opts.out is not None:
-        opts.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = opts.out.with_suffix(opts.out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(opts.out)
-        print(f"wrote {opts.out}")
+    write_report(opts.out, text)
     return 0
 
 

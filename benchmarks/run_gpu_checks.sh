@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GPU correctness checks and GPU timings in one go, for a CUDA machine (run from anywhere).
-# Logs go to $OUT (or benchmarks/out): versions.txt, gpu_probe.log, gpu_tests.log and one .md/.log per
-# benchmark. BENCH=0 skips the timings; BENCH_ARGS=--quick shortens the GEMM and norm+quant sweeps.
+# GPU correctness checks and every GPU benchmark in one go, for a CUDA machine (run from anywhere).
+# Logs go to $OUT (or benchmarks/out): versions.txt, gpu_probe.log, gpu_tests.log, one .md/.log per
+# benchmark and profile_samples/ (the sample traces, recorded afresh). BENCH=0 skips the benchmarks;
+# BENCH_ARGS=--quick shortens the GEMM and norm+quant sweeps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-benchmarks/out}
@@ -26,5 +27,6 @@ if [ "${BENCH:-1}" != 0 ]; then
   python3 benchmarks/gemm_bench.py ${BENCH_ARGS:-} --out "$out/gemm_bench.md" 2>&1 | tee "$out/gemm_bench.log"
   python3 benchmarks/normquant_bench.py ${BENCH_ARGS:-} --out "$out/normquant_bench.md" 2>&1 | tee "$out/normquant_bench.log"
   python3 benchmarks/triage_gpu_bench.py --out "$out/triage_gpu.md" 2>&1 | tee "$out/triage_gpu.log"
+  python3 benchmarks/gpu_profile_samples.py --out "$out/profile_samples" 2>&1 | tee "$out/gpu_profile_samples.log"
 fi
 exit "$status"

@@ -1,6 +1,6 @@
 """Trace analysis cost: load a ~100 MB Chrome trace, build its tables; and the profiler's cost on a layer run.
 
-Run: PYTHONPATH=. .venv/bin/python benchmarks/trace_bench.py [--mb 100] [--repeats 5]
+  PYTHONPATH=. python3 benchmarks/trace_bench.py [--mb 100] [--repeats 5] [--out FILE]
 
 1. Writes a synthetic Kineto-style trace (CPU process with mla.<step>[kernel] ranges, aten ops with
    input shapes, cudaLaunchKernel calls, GPU kernels with correlation ids on a GPU stream,
@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.harness import environment, markdown_table, median_seconds, peak_rss_gb, run_module, write_report
 
 # V3 prefill steps and what runs inside each: (kernel label, [(op, gpu kernel, dims)] per call).
 GEMM = [("aten::linear", "Cijk_Alik_Bljk_F8B8BS_MT256x256x128_gemm_a8w8_blockscale", [[16, 7168], [1536, 7168]])]
@@ -237,7 +235,7 @@ def measure_load(path: str, expected: dict) -> dict:
         "launch_gaps_s": t4 - t3,
         "ops": len(ops),
         "gaps": len(gaps),
-        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "peak_rss_gb": peak_rss_gb(),
     }
 
 
@@ -257,16 +255,6 @@ def measure_overhead(repeats: int, out_dir: str) -> dict:
     md.profile(md.run_layer, cfg, ckpt, hidden, positions, tp_size=2, out_dir=out_dir)
     first_s = time.perf_counter() - t
 
-    def plain() -> float:
-        t = time.perf_counter()
-        md.run_layer(cfg, ckpt, hidden, positions, tp_size=2)
-        return time.perf_counter() - t
-
-    def profiled() -> float:
-        t = time.perf_counter()
-        md.profile(md.run_layer, cfg, ckpt, hidden, positions, tp_size=2, out_dir=out_dir)
-        return time.perf_counter() - t
-
     def inside() -> float:
         # Only the forward while the profiler records (no start-up, no trace export and gzip).
         with md.profile(out_dir=out_dir):
@@ -274,9 +262,11 @@ def measure_overhead(repeats: int, out_dir: str) -> dict:
             md.run_layer(cfg, ckpt, hidden, positions, tp_size=2)
             return time.perf_counter() - t
 
-    plain_s = statistics.median(plain() for _ in range(repeats))
+    plain_s = median_seconds(lambda: md.run_layer(cfg, ckpt, hidden, positions, tp_size=2), repeats)
     inside_s = statistics.median(inside() for _ in range(repeats))
-    profiled_s = statistics.median(profiled() for _ in range(repeats))
+    profiled_s = median_seconds(
+        lambda: md.profile(md.run_layer, cfg, ckpt, hidden, positions, tp_size=2, out_dir=out_dir), repeats
+    )
     return {
         "plain_s": plain_s,
         "inside_s": inside_s,
@@ -287,12 +277,13 @@ def measure_overhead(repeats: int, out_dir: str) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--mb", type=float, default=100.0)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=100.0, help="size of the synthetic trace")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default=None, help="also write the markdown here")
     parser.add_argument("--load", nargs=2, metavar=("TRACE", "EXPECTED_JSON"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.load:
         print(json.dumps(measure_load(args.load[0], json.loads(args.load[1]))))
         return
@@ -301,36 +292,39 @@ def main() -> None:
         t = time.perf_counter()
         expected = write_synthetic_trace(path, args.mb)
         gen_s = time.perf_counter() - t
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-        out = subprocess.run(
-            [sys.executable, __file__, "--load", str(path), json.dumps(expected)],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=True,
-        )
-        load = json.loads(out.stdout.strip().splitlines()[-1])
+        out = run_module("trace_bench", "--load", str(path), json.dumps(expected))
+        load = json.loads(out.strip().splitlines()[-1])
         overhead = measure_overhead(args.repeats, str(Path(tmp) / "profiles"))
-    print(
-        f"synthetic trace: {expected['size_mb']:.1f} MB, {load['events']} events, {expected['forwards']} forwards "
-        f"(written in {gen_s:.1f} s)\n"
+    n = args.repeats
+    rows = [
+        [f"load_trace ({expected['size_mb']:.0f} MB, {load['events']} events)", f"{load['load_s']:.2f} s", "< 10 s"],
+        ["per_step()", f"{load['per_step_s']:.3f} s", ""],
+        ["op_table() + op_table(gpu=True, top=20)", f"{load['op_table_s']:.3f} s", ""],
+        ["launch_counts() + gpu_idle_gaps()", f"{load['launch_gaps_s']:.3f} s", ""],
+        ["peak RSS of the loading process", f"{load['peak_rss_gb']:.2f} GB", "< 2 GB"],
+        [f"tiny run_layer TP2, plain (median of {n})", f"{overhead['plain_s'] * 1e3:.1f} ms", ""],
+        [f"same, while the profiler records (median of {n})", f"{overhead['inside_s'] * 1e3:.1f} ms", ""],
+        [
+            f"whole md.profile call: run + trace export, gzip, meta (median of {n})",
+            f"{overhead['profiled_s'] * 1e3:.1f} ms",
+            "",
+        ],
+        ["overhead: recording / plain (warm)", f"{overhead['inside_ratio']:.2f}x", ""],
+        ["overhead: whole md.profile call / plain (warm)", f"{overhead['ratio']:.2f}x", ""],
+        ["first md.profile in a process (profiler start-up)", f"{overhead['first_s'] * 1e3:.0f} ms", ""],
+    ]
+    text = "\n".join(
+        [
+            environment(),
+            "",
+            f"synthetic trace: {expected['size_mb']:.1f} MB, {load['events']} events, {expected['forwards']} "
+            f"forwards (written in {gen_s:.1f} s)",
+            "",
+            markdown_table(["measure", "value", "target"], rows),
+        ]
     )
-    print("| measure | value | target |")
-    print("|---|---|---|")
-    print(f"| load_trace ({expected['size_mb']:.0f} MB, {load['events']} events) | {load['load_s']:.2f} s | < 10 s |")
-    print(f"| per_step() | {load['per_step_s']:.3f} s | |")
-    print(f"| op_table() + op_table(gpu=True, top=20) | {load['op_table_s']:.3f} s | |")
-    print(f"| launch_counts() + gpu_idle_gaps() | {load['launch_gaps_s']:.3f} s | |")
-    print(f"| peak RSS of the loading process | {load['peak_rss_gb']:.2f} GB | < 2 GB |")
-    print(f"| tiny run_layer TP2, plain (median of {args.repeats}) | {overhead['plain_s'] * 1e3:.1f} ms | |")
-    print(f"| same, while the profiler records (median of {args.repeats}) | {overhead['inside_s'] * 1e3:.1f} ms | |")
-    print(
-        f"| whole md.profile call: run + trace export, gzip, meta (median of {args.repeats}) "
-        f"| {overhead['profiled_s'] * 1e3:.1f} ms | |"
-    )
-    print(f"| overhead: recording / plain (warm) | {overhead['inside_ratio']:.2f}x | |")
-    print(f"| overhead: whole md.profile call / plain (warm) | {overhead['ratio']:.2f}x | |")
-    print(f"| first md.profile in a process (profiler start-up) | {overhead['first_s'] * 1e3:.0f} ms | |")
+    print(text)
+    write_report(args.out, text)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 import mla_debug as md
+from benchmarks.harness import environment, markdown_table, require_cuda, write_report
 
 SCENARIOS = ("vllm-pr51692", "vllm-pr56433")
 
@@ -41,8 +41,7 @@ def main() -> None:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("triage_gpu_bench needs a CUDA GPU")
+    require_cuda("triage_gpu_bench")
     scenarios = args.scenarios.split(",")
     lines = []
     times = {}
@@ -63,20 +62,17 @@ def main() -> None:
         print("\n".join(lines[-6:]), flush=True)
     same = outcome["cuda"] == outcome["cpu"]
     header = (
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads; "
-        f"model {args.model}, {args.tokens} tokens, TP 1/2/4/8 x prefill/decode, scenarios {', '.join(scenarios)}"
+        f"{environment('cuda')}, {torch.get_num_threads()} CPU threads; model {args.model}, {args.tokens} tokens, "
+        f"TP 1/2/4/8 x prefill/decode, scenarios {', '.join(scenarios)}"
     )
-    table = [
-        "| run | workbench s | triage s | CPU / this |",
-        "|---|---|---|---|",
-    ]
     cpu = times["cpu"][1]
-    for name, (build, spent) in times.items():
-        table.append(f"| {name} | {build:.1f} | {spent:.1f} | {cpu / spent:.1f}x |")
-    text = "\n".join([header, "", *table, "", f"same verdicts and culprits on both devices: {same}", "", *lines, ""])
+    table = markdown_table(
+        ["run", "workbench s", "triage s", "CPU / this"],
+        [[name, f"{build:.1f}", f"{spent:.1f}", f"{cpu / spent:.1f}x"] for name, (build, spent) in times.items()],
+    )
+    text = "\n".join([header, "", table, "", f"same verdicts and culprits on both devices: {same}", "", *lines, ""])
     print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_report(args.out, text)
     if not same:
         sys.exit("the GPU and CPU triage disagree")
 

@@ -13,6 +13,9 @@ would make on that ROCm card - because no table exists for NVIDIA GPUs.
 Where Triton cannot run (CPU tensors without TRITON_INTERPRET=1) the kernels compute with the aiter
 emulation's code, which reads the same bytes in the same order, so a triage gives the same verdicts on a
 laptop and on a GPU; ``backend="triton"`` forbids that fallback, ``backend="emulation"`` forces it.
+
+The multiply itself is the GPU wing's (`gpu.gemm.triton_block_scaled_mm`: checks, launch heuristics,
+the Triton and Gluon kernels); these classes add the contracts, the platform rules and the fallback.
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from ..gpu.gemm import runs_on, triton_block_scaled_mm, triton_status
 from ..layouts import QuantizedActivation
 from ..numerics import E4M3FN, E4M3FNUZ
 from .aiter_emulated import SHUFFLE, AiterBlockscaleEmulated, AiterBpreshuffleEmulated, tuned_row_check
 from .base import Contract, GemmProblem, register_kernel
 from .block_gemm import Accumulation
 from .platforms import Platform, platform
-from .triton_gemm import runs_on, triton_block_scaled_mm, triton_status
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear

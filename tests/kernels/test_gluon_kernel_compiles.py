@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from mla_debug.kernels.triton_gemm import (
+from mla_debug.gpu.gemm.launcher import (
     LaunchConfig,
     gluon_constants,
     gluon_fits,
@@ -46,11 +46,11 @@ def compile_for_hopper(compiler, cfg: LaunchConfig, shuffled: bool = True, k: in
     """The kernel the launcher runs for `cfg` (persistent or not), compiled for sm_90a with the launcher's
     compile-time arguments and the alignments torch's allocations give."""
     if cfg.persistent:
-        kernel = "mla_debug.kernels._gluon_persistent_gemm:persistent_gemm_kernel"
+        kernel = "mla_debug.gpu.gemm.gluon_persistent:persistent_gemm_kernel"
         constexprs = persistent_constants(cfg, shuffled)
         pointers, extra = {name: POINTERS[name] for name in list(POINTERS)[:5]}, {}
     else:
-        kernel, constexprs = "mla_debug.kernels._gluon_gemm:gluon_gemm_kernel", gluon_constants(cfg, k, shuffled)
+        kernel, constexprs = "mla_debug.gpu.gemm.gluon_kernel:gluon_gemm_kernel", gluon_constants(cfg, k, shuffled)
         pointers, extra = POINTERS, {"stride_split": "i32"}
     signature = dict(pointers, **{name: "i32" for name in SCALARS}, **extra)
     signature.update({name: "constexpr" for name in constexprs})
@@ -165,7 +165,7 @@ def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(
     consumer's rows leave through shared memory and a TMA store."""
     import torch
 
-    from mla_debug.kernels.triton_gemm import scale_descriptor, tma_descriptors
+    from mla_debug.gpu.gemm.launcher import scale_descriptor, tma_descriptors
 
     a, w = (torch.empty(rows, 7168, dtype=torch.float8_e4m3fn) for rows in (4096, 2112))
     descs = tma_descriptors(a, w, torch.empty(4096, 2112, dtype=torch.bfloat16), shuffled)
@@ -178,7 +178,7 @@ def test_the_warp_specialized_kernel_compiles_to_a_producer_and_two_consumers(
     constexprs = dict(SHUFFLED=shuffled, STAGGER=True, GROUP_M=8, STAGES=4, TMA_STORE=tma_store, SCALE_TMA=scale_tma)
     signature.update({name: "constexpr" for name in constexprs})
     kernel = offline_compiler.compile(
-        "mla_debug.kernels._gluon_specialized_gemm:specialized_gemm_kernel",
+        "mla_debug.gpu.gemm.gluon_specialized:specialized_gemm_kernel",
         signature,
         constexprs,
         ("a_scale_ptr", "w_scale_ptr", "out_ptr", "N", "K"),

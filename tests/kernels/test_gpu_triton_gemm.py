@@ -16,8 +16,8 @@ import torch
 from helpers import accumulation_bound, assert_within_accumulation_bound, random_tokens, random_weight
 
 import mla_debug as md
-from mla_debug import _triton_env
-from mla_debug.kernels.triton_gemm import LaunchConfig, gluon_fits, launch_config, triton_block_scaled_mm
+from mla_debug.gpu import triton_env
+from mla_debug.gpu.gemm.launcher import LaunchConfig, gluon_fits, launch_config, triton_block_scaled_mm
 
 pytestmark = pytest.mark.gpu
 
@@ -136,7 +136,7 @@ STAGING_CONFIGS = [
 
 
 @pytest.mark.skipif(
-    not torch.cuda.is_available() or not _triton_env.hopper_gluon(torch.device("cuda")),
+    not torch.cuda.is_available() or not triton_env.hopper_gluon(torch.device("cuda")),
     reason="the interleaved staging (Gluon kernel) runs on sm_90 GPUs",
 )
 @pytest.mark.parametrize("config", STAGING_CONFIGS, ids=str)
@@ -180,7 +180,7 @@ OVERLAPPED_CONFIGS = [
 
 
 @pytest.mark.skipif(
-    not torch.cuda.is_available() or not _triton_env.hopper_gluon(torch.device("cuda")),
+    not torch.cuda.is_available() or not triton_env.hopper_gluon(torch.device("cuda")),
     reason="the overlapped loop (Gluon kernels) runs on sm_90 GPUs",
 )
 @pytest.mark.parametrize("config", OVERLAPPED_CONFIGS, ids=str)
@@ -210,7 +210,7 @@ def test_overlapped_loops_give_the_triton_kernels_bytes(config, n, k, m, gen):
 
 
 @pytest.mark.skipif(
-    not torch.cuda.is_available() or not _triton_env.hopper_gluon(torch.device("cuda")),
+    not torch.cuda.is_available() or not triton_env.hopper_gluon(torch.device("cuda")),
     reason="the warp-specialized kernel (Gluon) runs on sm_90 GPUs",
 )
 @pytest.mark.parametrize(
@@ -249,7 +249,7 @@ def test_the_warp_specialized_kernel_gives_the_triton_kernels_bytes(config, n, k
 
 def test_the_heuristic_overlaps_at_large_m_with_the_same_bytes(gen):
     device = torch.device("cuda")
-    expect_gluon = _triton_env.hopper_gluon(device)
+    expect_gluon = triton_env.hopper_gluon(device)
     for n, k in ((4096, 512), (2112, 7168)):
         config = launch_config(4096, n, k, device)
         assert config.persistent == config.specialized == config.tma_store == expect_gluon

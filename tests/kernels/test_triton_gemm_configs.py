@@ -10,7 +10,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mla_debug.kernels.triton_gemm import (
+from mla_debug.gpu.gemm.launcher import (
     BLOCK,
     _candidates,
     _heuristic,
@@ -99,32 +99,6 @@ def test_decode_launches_keep_every_sm_streaming(m, n, k, sms, fnuz):
     else:
         # short K: never split; 16-row tiles narrowed (down to 32 wide) until half the SMs have one
         assert cfg.split_k == 1 and (programs >= sms // 2 or cfg.block_n == 32 or cfg.block_m == 64)
-
-
-def _decode_sweep():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    bench_dir = Path(__file__).resolve().parents[2] / "benchmarks"
-    sys.path.insert(0, str(bench_dir))  # the sweep imports gemm_bench as its neighbour
-    try:
-        spec = importlib.util.spec_from_file_location("gemm_decode_sweep", bench_dir / "gemm_decode_sweep.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(bench_dir))
-    return module
-
-
-def test_the_decode_sweep_only_times_configs_the_kernel_accepts():
-    sweep = _decode_sweep()
-    for n, k, m in sweep.CASES:
-        configs = sweep.grid(m, n, k)
-        assert len(set(configs)) == len(configs) > 0
-        for cfg in configs:
-            assert BLOCK % cfg.block_n == 0 and cfg.block_m >= 16 and cfg.num_warps == 4
-            assert k // BLOCK // cfg.split_k >= 4
 
 
 @settings(max_examples=200, deadline=None)
@@ -220,13 +194,13 @@ def test_launch_config_asks_the_heuristic_with_the_devices_facts(monkeypatch):
     warp-specialized kernel."""
     import torch
 
-    from mla_debug import _triton_env
-    from mla_debug.kernels import triton_gemm
+    from mla_debug.gpu import triton_env
+    from mla_debug.gpu.gemm import launcher
 
-    monkeypatch.setattr(_triton_env, "sm_count", lambda device: 132)
-    monkeypatch.setattr(_triton_env, "hopper_gluon", lambda device: True)
+    monkeypatch.setattr(triton_env, "sm_count", lambda device: 132)
+    monkeypatch.setattr(triton_env, "hopper_gluon", lambda device: True)
     device = torch.device("cpu")
     for m, n, k in ((4096, 4096, 512), (1, 7168, 2048), (300, 2112, 7168)):
-        assert triton_gemm.launch_config(m, n, k, device) == _heuristic(m, n, k, 132, False, True)
-    assert triton_gemm.launch_config(4096, 4096, 512, device).specialized
-    assert triton_gemm.launch_config(4096, 4096, 512, device, fnuz=True) == _heuristic(4096, 4096, 512, 132, True)
+        assert launcher.launch_config(m, n, k, device) == _heuristic(m, n, k, 132, False, True)
+    assert launcher.launch_config(4096, 4096, 512, device).specialized
+    assert launcher.launch_config(4096, 4096, 512, device, fnuz=True) == _heuristic(4096, 4096, 512, 132, True)

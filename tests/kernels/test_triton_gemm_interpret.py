@@ -13,7 +13,7 @@ import torch
 from helpers import accumulation_bound, assert_within_accumulation_bound, linear, random_tokens, random_weight
 
 import mla_debug as md
-from mla_debug.kernels.triton_gemm import LaunchConfig, triton_block_scaled_mm
+from mla_debug.gpu.gemm.launcher import LaunchConfig, triton_block_scaled_mm
 
 pytest.importorskip("triton")
 # tests/conftest.py switched the interpreter on (it must happen before triton is imported).

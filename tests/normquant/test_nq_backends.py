@@ -9,11 +9,9 @@ on machines without CUDA).
 from __future__ import annotations
 
 import importlib.machinery
-import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
@@ -99,7 +97,7 @@ def test_explicit_triton_on_cpu_without_the_interpreter_says_why(no_interpreter)
 
 @pytest.mark.skipif(not _triton_installed(), reason="triton is not installed")
 def test_explicit_triton_on_cpu_runs_under_the_interpreter(interpreter):
-    from mla_debug.normquant import _triton_support as support
+    from mla_debug.gpu.normquant import support
 
     why = support.triton_unavailable_reason(torch.device("cpu"))
     if why is not None:
@@ -122,7 +120,7 @@ def test_scales_are_stored_in_place_only_by_nvidia_launches_with_few_programs(
 ):
     # inline PTX exists only on NVIDIA GPUs (not ROCm, not the interpreter), and pays off only where a
     # launch's time is one thread's chain (short_chain: few programs)
-    from mla_debug.normquant import _triton_support as support
+    from mla_debug.gpu.normquant import support
 
     monkeypatch.setattr(torch.version, "hip", hip)
     config = support.RowLaunch(1, 4, short_chain=short_chain)
@@ -357,78 +355,3 @@ def test_triton_unfused_on_cpu_without_the_interpreter_says_why(no_interpreter):
 def test_exported():
     assert md.fused_qk_rmsnorm_group_quant is FUSED
     assert callable(md.normquant.triton_norm_then_quant_for_v4)
-
-
-# --- the benchmark script's CPU-safe parts -------------------------------------------------------------
-
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "normquant_bench.py"
-
-
-def _bench_module():
-    import importlib.util
-
-    if "normquant_bench" in sys.modules:
-        return sys.modules["normquant_bench"]
-    spec = importlib.util.spec_from_file_location("normquant_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["normquant_bench"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_bench_helpers():
-    bench = _bench_module()
-    # V4-Flash, M=4: q 4*1024*2 + k 4*512*2 read; q fp8 4*1024, scales 4*8*4, k 4*512*2 written
-    assert bench.fused_bytes(4, 1024, 512) == 8192 + 4096 + 4096 + 128 + 4096
-    assert bench.fused_bytes(4, 1024, 512, residual=True) == bench.fused_bytes(4, 1024, 512) + 2 * 8192
-    assert bench.speedup(30.0, 10.0) == "3.00x" and bench.speedup(None, 10.0) == "n/a"
-    table = bench.markdown_table(["a", "b"], [["1", "2"]])
-    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | 2 |"]
-    opts = bench.parse_args(["--quick", "--out", "x.md", "--no-compile"])
-    assert opts.quick and opts.no_compile and str(opts.out) == "x.md" and opts.shapes == list(bench.SHAPES)
-    assert set(bench.MS) == {1, 4, 16, 64, 256, 1024, 4096, 16384}
-
-
-def test_chain_probe_edits_still_apply_to_the_kernel_source():
-    # the probe builds its variants by editing the kernel's text: a refactor that drops one of the lines it
-    # edits must fail here, not silently time the unedited kernel on the GPU
-    pytest.importorskip("triton")
-    import importlib.util
-
-    path = BENCH.with_name("normquant_chain_probe.py")
-    sys.path.insert(0, str(path.parent))  # the probe imports normquant_bench as its neighbour
-    try:
-        spec = importlib.util.spec_from_file_location("normquant_chain_probe", path)
-        probe = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(probe)
-    finally:
-        sys.path.remove(str(path.parent))
-    source = probe.SOURCE.read_text()
-    assert {"base", "const-div", "fp32-sum", "rsqrt", "fast-quant", "all-approx"} <= set(probe.EDITS)
-    for name, edits in probe.EDITS.items():
-        for old, _ in edits:
-            assert old in source, (name, old)
-
-
-@pytest.mark.parametrize("transpose", [False, True], ids=["row", "col"])
-def test_bench_plain_torch_path_passes_its_own_check(transpose):
-    # the plain-torch variant the benchmark times must pass the check it applies on the GPU
-    bench = _bench_module()
-    from mla_debug.normquant import norm_then_quant_for_v4
-
-    case = make_case(m=6, n1=1024, n2=512, seed=8)
-    q, q_w, k, k_w = case.q, case.q_weight, case.k, case.k_weight
-    ref = norm_then_quant_for_v4(q, q_w, 1e-6, k, k_w, transpose_scale=transpose)
-    bench.check_plain("plain", bench.plain_unfused_v4(q, q_w, k, k_w, transpose), ref)
-    broken = bench.plain_unfused_v4(q, q_w, k, k_w, not transpose)  # the other byte order must be caught
-    with pytest.raises(AssertionError):
-        bench.check_plain("plain", broken, ref)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
-def test_bench_refuses_to_run_without_cuda():
-    assert _bench_module().main(["--quick"]) == 2
-    env = {**os.environ, "PYTHONPATH": str(BENCH.parents[1])}
-    done = subprocess.run([sys.executable, str(BENCH), "--help"], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0 and "--quick" in done.stdout

@@ -19,7 +19,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 from offline_compile import OfflineCompiler  # noqa: E402
 
-from mla_debug.normquant import _triton_support as support  # noqa: E402
+from mla_debug.gpu.normquant import support  # noqa: E402
 from mla_debug.numerics import AITER, E4M3FN  # noqa: E402
 
 
@@ -32,7 +32,7 @@ def quant_ptx(compiler, in_place: bool) -> str:
     signature = dict(pointers, M="i32", stride_x="i32", stride_sm="i32", stride_sg="i32")
     signature.update({name: "constexpr" for name in constants})
     compiled = compiler.compile(
-        "mla_debug.normquant._triton_kernels:group_quant_kernel",
+        "mla_debug.gpu.normquant.kernels:group_quant_kernel",
         signature,
         constants,
         divisible_by_16=(*pointers, "stride_x"),

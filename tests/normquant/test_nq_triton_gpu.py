@@ -45,7 +45,7 @@ TRITON = functools.partial(fused_qk_rmsnorm_group_quant, backend="triton")
 
 
 def _support():
-    from mla_debug.normquant import _triton_support as support
+    from mla_debug.gpu.normquant import support
 
     why = support.triton_unavailable_reason(torch.device("cuda"))
     if why is not None or support.interpreting():
@@ -128,7 +128,7 @@ def compare(label: str, ours, ref, fmt: torch.dtype) -> None:
 @pytest.mark.parametrize("outliers", [False, True], ids=["normal", "outliers"])
 def test_fused_bitwise_vs_torch_backend_poisoned_outputs(n1, n2, m, outliers):
     _support()
-    from mla_debug.normquant import triton_fused
+    from mla_debug.gpu.normquant import launch as nq_launch
 
     for i, transpose in enumerate((False, True)):
         kwargs = qkv_inputs(m, n1, n2, seed=1000 * m + 10 * i + outliers, outliers=outliers, residual=i == 1)
@@ -136,13 +136,13 @@ def test_fused_bitwise_vs_torch_backend_poisoned_outputs(n1, n2, m, outliers):
             OP, kwargs["q"], kwargs["q_weight"], 1e-6, kwargs["k"], kwargs["k_weight"], None, kwargs.get("residual"),
             128, transpose, "e4m3fn", "aiter", False,
         )  # fmt: skip
-        outs = triton_fused.allocate_outputs(args, return_unquantized=True)
+        outs = nq_launch.allocate_outputs(args, return_unquantized=True)
         outs.q_bytes.fill_(0xFF)
         outs.scale.fill_(float("nan"))
         for t in (outs.k_out, outs.q_unquantized, outs.residual_sum):
             if t is not None:
                 t.fill_(float("nan"))
-        triton_fused.make_launch(args, outs)()
+        nq_launch.make_launch(args, outs)()
         torch.cuda.synchronize()
         ref = TORCH(**kwargs, transpose_scale=transpose, return_unquantized=True)
         assert not torch.isnan(outs.scale).any(), "a scale was left unwritten"
@@ -183,22 +183,22 @@ def test_several_rows_per_program(n1, n2, block_m, warps, k_with_q, short_chain)
     # the heuristic puts several rows in a program only for large M; force it at M = 1001 (a partial
     # last block), poisoned outputs, for the fused kernel and the three unfused launches
     support = _support()
-    from mla_debug.normquant import triton_fused, triton_unfused
+    from mla_debug.gpu.normquant import launch as nq_launch
 
     config = support.RowLaunch(block_m, warps, k_with_q, short_chain)
     kwargs = qkv_inputs(1001, n1, n2, seed=block_m, outliers=True)
     args = validate_inputs(OP, kwargs["q"], kwargs["q_weight"], 1e-6, kwargs["k"], kwargs["k_weight"], None, None,
                            128, True, "e4m3fn", "aiter", False)  # fmt: skip
-    outs = triton_fused.allocate_outputs(args, True)
+    outs = nq_launch.allocate_outputs(args, True)
     outs.q_bytes.fill_(0xFF)
     outs.scale.fill_(float("nan"))
     outs.k_out.fill_(float("nan"))
-    triton_fused.make_launch(args, outs, config)()
+    nq_launch.make_launch(args, outs, config)()
     ref = TORCH(**kwargs, transpose_scale=True, return_unquantized=True)
     assert differing_bytes(outs.q_bytes, ref.q_quant.data, FN) == 0
     assert torch.equal(outs.scale.view(torch.int32), ref.q_quant.scale.view(torch.int32))
     assert ulps(outs.k_out, ref.k_normed) <= 1 and ulps(outs.q_unquantized, ref.q_unquantized) <= 1
-    launch, norm, quants = triton_unfused.make_v4_launch(args, config)
+    launch, norm, quants = nq_launch.make_v4_launch(args, config)
     for out in quants:
         out.q_bytes.fill_(0xFF)
     launch()
@@ -271,15 +271,15 @@ def test_rows_of_extreme_finite_values(n1, n2):
 
 def test_soft_conversion_kernel_matches_hardware_kernel():
     _support()
-    from mla_debug.normquant import triton_fused
+    from mla_debug.gpu.normquant import launch as nq_launch
 
     kwargs = qkv_inputs(1000, 1536, 512, seed=11, outliers=True)
     for fmt in ("e4m3fn", "e4m3fnuz"):
         args = validate_inputs(OP, kwargs["q"], kwargs["q_weight"], 1e-6, kwargs["k"], kwargs["k_weight"], None, None,
                                128, True, fmt, "aiter", False)  # fmt: skip
-        hard, soft = (triton_fused.allocate_outputs(args, True) for _ in range(2))
-        triton_fused.make_launch(args, hard, soft_cvt=False)()
-        triton_fused.make_launch(args, soft, soft_cvt=True)()
+        hard, soft = (nq_launch.allocate_outputs(args, True) for _ in range(2))
+        nq_launch.make_launch(args, hard, soft_cvt=False)()
+        nq_launch.make_launch(args, soft, soft_cvt=True)()
         for name in ("q_bytes", "scale", "k_out", "q_unquantized"):
             a, b = getattr(hard, name), getattr(soft, name)
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{fmt}: {name}"
@@ -307,14 +307,14 @@ def test_unfused_triton_bitwise_vs_torch_unfused(m):
 
 def test_launch_replays_in_a_cuda_graph():
     _support()
-    from mla_debug.normquant import triton_fused, triton_unfused
+    from mla_debug.gpu.normquant import launch as nq_launch
 
     kwargs = qkv_inputs(64, 1536, 512, seed=9, outliers=False)
     args = validate_inputs(OP, kwargs["q"], kwargs["q_weight"], 1e-6, kwargs["k"], kwargs["k_weight"], None, None,
                            128, True, "e4m3fn", "aiter", False)  # fmt: skip
-    outs = triton_fused.allocate_outputs(args, False)
-    fused = triton_fused.make_launch(args, outs)
-    v4, norm_outs, quant_outs = triton_unfused.make_v4_launch(args)
+    outs = nq_launch.allocate_outputs(args, False)
+    fused = nq_launch.make_launch(args, outs)
+    v4, norm_outs, quant_outs = nq_launch.make_v4_launch(args)
     fused()
     v4()  # compile outside the capture
     torch.cuda.synchronize()

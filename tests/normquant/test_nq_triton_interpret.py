@@ -42,8 +42,8 @@ from nq_cases import (  # noqa: E402
 )
 from nq_oracle import FLAVORS, FN, FNUZ, assert_bits_equal, conversion_probe_values, fused_reference  # noqa: E402
 
+from mla_debug.gpu.normquant import support  # noqa: E402
 from mla_debug.layouts import ScaleLayout  # noqa: E402
-from mla_debug.normquant import _triton_support as support  # noqa: E402
 from mla_debug.normquant import (  # noqa: E402
     fused_qk_rmsnorm_group_quant,
     norm_then_quant,
@@ -243,7 +243,7 @@ def test_integer_conversions_round_like_torch(fmt):
 def test_several_rows_per_program_with_a_partial_last_block(block_m, warps, k_with_q, short_chain):
     # tiny M never makes the heuristic put several rows in one program; force it, with M = 5 so the
     # last program has masked rows
-    from mla_debug.normquant import triton_fused, triton_unfused
+    from mla_debug.gpu.normquant import launch as nq_launch
     from mla_debug.normquant._inputs import validate_inputs
 
     case = make_case(m=5, n1=256, n2=64, seed=41, residual=True, fmt=FNUZ, flavor="deepseek")
@@ -253,10 +253,10 @@ def test_several_rows_per_program_with_a_partial_last_block(block_m, warps, k_wi
             "fused_qk_rmsnorm_group_quant", case.q, case.q_weight, 1e-6, case.k, case.k_weight, None, case.residual,
             128, transpose, "e4m3fnuz", "deepseek", False,
         )  # fmt: skip
-        outs = triton_fused.allocate_outputs(args, return_unquantized=True)
+        outs = nq_launch.allocate_outputs(args, return_unquantized=True)
         outs.q_bytes.fill_(0xFF)
         outs.scale.fill_(math.nan)
-        triton_fused.make_launch(args, outs, config)()
+        nq_launch.make_launch(args, outs, config)()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ref = fused_qk_rmsnorm_group_quant(**case.kwargs(transpose_scale=transpose, return_unquantized=True))
@@ -271,7 +271,7 @@ def test_several_rows_per_program_with_a_partial_last_block(block_m, warps, k_wi
             "norm_then_quant_for_v4", case.q, case.q_weight, 1e-6, case.k, case.k_weight, None, None, 128, transpose,
             "e4m3fnuz", "deepseek", False,
         )  # fmt: skip
-        launch, norm, quants = triton_unfused.make_v4_launch(v4_args, config)
+        launch, norm, quants = nq_launch.make_v4_launch(v4_args, config)
         launch()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -284,8 +284,8 @@ def test_several_rows_per_program_with_a_partial_last_block(block_m, warps, k_wi
             assert torch.equal(out.q_bytes, ref_v4.q_for_wq_b.data.view(torch.uint8))
 
         # the norm kernel's residual branch, several rows per program
-        norm = triton_unfused.allocate_norm(args)
-        triton_unfused.make_norm_launch(args, norm, config)()
+        norm = nq_launch.allocate_norm(args)
+        nq_launch.make_norm_launch(args, norm, config)()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ref_unfused = norm_then_quant(**case.kwargs(transpose_scale=transpose, return_unquantized=True))

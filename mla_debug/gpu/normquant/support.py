@@ -24,13 +24,13 @@ from types import ModuleType
 
 import torch
 
-from .. import _triton_env as triton_env
-from .._triton_env import interpreting
-from ..layouts import ScaleLayout
-from ..numerics import E4M3FN, E4M3FNUZ, Fp8Format, QuantFlavor
-from ..numerics.quantize import Fp8OverflowWarning, _tie_rounds_up, overflow_threshold
+from ...layouts import ScaleLayout
+from ...numerics import E4M3FN, E4M3FNUZ, Fp8Format, QuantFlavor
+from ...numerics.quantize import Fp8OverflowWarning, _tie_rounds_up, overflow_threshold
+from .. import triton_env
+from ..triton_env import interpreting
 
-_KERNELS = f"{__package__}._triton_kernels"
+_KERNELS = f"{__package__}.kernels"
 
 
 def triton_unavailable_reason(device: torch.device) -> str | None:
@@ -162,7 +162,7 @@ class RowLaunch:
 def scales_in_place(device: torch.device, config: RowLaunch) -> bool:
     """Whether a quant launch stores its scales in place with inline PTX (kernels' SCALES_IN_PLACE): on
     NVIDIA GPUs (not ROCm, not the interpreter), for launches with few programs, whose time is one
-    thread's chain. With many rows it measured 1-2% slower (V4-Pro M = 16384: 32.2 vs 31.5 us)."""
+    thread's chain. With many rows it ran slower than ``tl.store`` (RESULTS.md, "fused RMSNorm")."""
     nvidia = device.type == "cuda" and not getattr(torch.version, "hip", None) and not interpreting()
     return nvidia and config.short_chain
 
@@ -182,18 +182,17 @@ def row_launch(width: int, m: int, sms: int) -> RowLaunch:
 
     Several narrow rows per program share one load of the weights; a wide row gets a program of its
     own with up to 16 warps. Rows per program shrink until there are `_TARGET_WAVES` programs per SM
-    (decode-sized M), so few rows still spread over the GPU. Not autotuned (see the benchmark).
+    (decode-sized M), so few rows still spread over the GPU. Not autotuned: fitted on H200 sweeps of the
+    DeepSeek-V4 widths (RESULTS.md, "What the tuning found").
     """
     padded = next_pow2(width)
     if padded >= 1024:
-        # Measured on an H200 (benchmarks/normquant_tune.py, DeepSeek-V4 widths): one row per program is
-        # fastest at every M. With many rows the kernel is bound by instruction issue, not memory, so the
-        # fewest threads per row win (a thread's fixed costs - reductions, correctly rounded divisions -
-        # are paid per row): one warp for up to 2048 values (V4-Pro at M = 1024: 3.6 vs 4.1 us on 2 warps),
-        # and with many waves the k row in the q row's program (V4-Flash at M = 16384: 24.4 vs 26.2 us).
-        # Few rows want short per-thread chains instead: 8-16 values per thread, the weights loaded with
-        # the row and the fp64 sum added pairwise first (short_chain; V4 widths at M = 1: 1.51 / 1.72 us,
-        # 1.82 / 1.84 us without).
+        # One row per program is fastest at every M for the DeepSeek-V4 widths. With many rows the kernel
+        # is bound by instruction issue, not memory, so the fewest threads per row win (a thread's fixed
+        # costs - reductions, correctly rounded divisions - are paid per row): one warp for up to 2048
+        # values, and with many waves the k row in the q row's program. Few rows want short per-thread
+        # chains instead: 8-16 values per thread, the weights loaded with the row and the fp64 sum added
+        # pairwise first (short_chain).
         if m >= _TARGET_WAVES * sms:
             return RowLaunch(1, max(1, padded // 2048), k_with_q=m >= _MANY_WAVES * sms)
         return RowLaunch(1, max(4, padded // 512), short_chain=True)

@@ -6,10 +6,10 @@ in the byte order the kernel is built for (ROW_MAJOR for ``gemm_a8w8_blockscale`
 preshuffled. Triton is imported on the first call, so this module imports on machines without it.
 
 Four kernels compute the same bytes for the same tiles: the Triton kernel (every GPU, and the CPU
-under the interpreter); on sm_90, the Gluon kernel (_gluon_gemm: a preshuffled weight staged unswizzled,
+under the interpreter); on sm_90, the Gluon kernel (gluon_kernel: a preshuffled weight staged unswizzled,
 and with `LaunchConfig.overlap` either weight with the promotion overlapped with the next MMA), its
-persistent form (_gluon_persistent_gemm, `LaunchConfig.persistent`), and a warp-specialized one for
-either weight (_gluon_specialized_gemm, `LaunchConfig.specialized`; persistent with
+persistent form (gluon_persistent, `LaunchConfig.persistent`), and a warp-specialized one for
+either weight (gluon_specialized, `LaunchConfig.specialized`; persistent with
 `LaunchConfig.persistent`, storing through TMA with `LaunchConfig.tma_store`), the heuristic's choice
 from M = 1024 on sm_90.
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .. import _triton_env as triton_env
-from .._checks import describe, is_dense
-from ..layouts import ScaleLayout
-from ..numerics import E4M3FN, E4M3FNUZ, Fp8Format
+from ..._checks import describe, is_dense
+from ...layouts import ScaleLayout
+from ...numerics import E4M3FN, E4M3FNUZ, Fp8Format
+from .. import triton_env
 
 BLOCK = 128
 SHUFFLE_BAND = 16
@@ -44,19 +44,19 @@ class LaunchConfig:
     num_stages: int
     group_m: int = 8
     split_k: int = 1
-    stagger: bool = True  # column tile j starts its K loop at block j (see _triton_gemm_kernel)
+    stagger: bool = True  # column tile j starts its K loop at block j (see triton_kernel)
     # Scale each block's product into the accumulator while the next block multiplies (the Gluon kernel,
-    # wgmma tiles without split-K; see _gluon_gemm). Changes no arithmetic.
+    # wgmma tiles without split-K; see gluon_kernel). Changes no arithmetic.
     overlap: bool = False
     # The same loop in a persistent grid, one program per SM running its copy pipeline on across its tiles
-    # (see _gluon_persistent_gemm). Changes no arithmetic.
+    # (see gluon_persistent). Changes no arithmetic.
     persistent: bool = False
     # 128 x 128 tiles by a warp-specialized kernel: a TMA producer warp and two consumer warpgroups that
-    # never wait for each other (see _gluon_specialized_gemm); with `persistent`, one program per SM.
+    # never wait for each other (see gluon_specialized); with `persistent`, one program per SM.
     # Changes no arithmetic.
     specialized: bool = False
     # The warp-specialized kernel's epilogue through shared memory and a TMA store, which drains while the
-    # consumers go on to the next tile (see _gluon_specialized_gemm). Changes no arithmetic.
+    # consumers go on to the next tile (see gluon_specialized). Changes no arithmetic.
     tma_store: bool = False
 
     def __str__(self) -> str:
@@ -98,16 +98,16 @@ def runs_on(device: torch.device, allow_interpreter: bool = False) -> bool:
 def _heuristic(
     m: int, n: int, k: int, sms: int, fnuz: bool, gluon: bool = False, specialized: bool = True
 ) -> LaunchConfig:
-    """Tiles by M, from autotuning DeepSeek shapes on an H200 (benchmarks/RESULTS.md); `gluon`: the Gluon
-    kernels can run (an sm_90 GPU), which take over at large M (_overlapped): the warp-specialized kernel
-    unless not `specialized` (the launcher's fallback where it cannot run)."""
+    """Tiles by M, from timing DeepSeek shapes on an H200 (benchmarks/RESULTS.md, "Triton block-scaled FP8
+    GEMMs"); `gluon`: the Gluon kernels can run (an sm_90 GPU), which take over at large M (_overlapped):
+    the warp-specialized kernel unless not `specialized` (the launcher's fallback where it cannot run)."""
     k_blocks = -(-k // BLOCK)
     split = 1
     if m <= 64:
-        # A weight stream (benchmarks/gemm_decode_sweep.py): 64-wide tiles, and enough programs in flight
-        # to keep every SM streaming - split K for long K (in-launch reduction; 2112x7168 M=1: 13.5 us
-        # with 8 splits, 22.7 us as 16-wide tiles without), and for short K, where a split's fixed costs
-        # outweigh its stream, narrower 16-row tiles (3072x1536 M=1: 8.8 us 32 wide, 9.2 us 64 wide).
+        # A weight stream (the decode sweep in RESULTS.md): 64-wide tiles, and enough programs in flight
+        # to keep every SM streaming - split K for long K (the in-launch reduction made splitting beat
+        # narrower tiles), and for short K, where a split's fixed costs outweigh its stream, narrower
+        # 16-row tiles.
         block_m = 16 if m <= 16 else 64
         block_n, warps = 64, 4
         tiles = -(-m // block_m) * -(-n // block_n)
@@ -118,21 +118,18 @@ def _heuristic(
                 split *= 2
         elif m == 1 and -(-n // 128) >= sms:
             # A single token over a wide short-K weight: 128-wide tiles still give every SM one, and half
-            # as many programs pay the fixed costs (24576x1536: 18.1 us against 20.4 64 wide; 32768x512:
-            # 10.8 against 11.2). At 16 rows the 64-wide tiles were as fast or faster.
+            # as many programs pay the fixed costs. At 16 rows the 64-wide tiles were as fast or faster.
             block_n = 128
             tiles = -(-n // block_n)
         elif block_m == 16:
             while block_n > 32 and tiles < sms // 2:
                 block_n //= 2
                 tiles = -(-m // block_m) * -(-n // block_n)
-        # Deeper pipelines where a tile streams at least 16 K blocks (7168x2048 M=1: 11.3 us with 6 stages,
-        # 11.9 us with 4; 7168x16384 M=64: 49.4 us with 6 and 2 splits, 60.0 us with 4 and none); 16-row
-        # tiles of a split stream gained nothing from them.
+        # Deeper pipelines where a tile streams at least 16 K blocks; 16-row tiles of a split stream gained
+        # nothing from them.
         stages = 6 if k_blocks >= _SHORT_K_BLOCKS and (split == 1 or block_m == 64) else 4
         # Fewer stages where that fits the grid in fewer waves (programs per SM bound by shared memory):
-        # 32768x512 M=64 is 512 tiles, 3 per SM with 4 stages (2 waves), 4 per SM with 3 (one wave):
-        # 11.2 us instead of 13.2.
+        # 32768x512 M=64 is 512 tiles, 3 per SM with 4 stages (2 waves), 4 per SM with 3 (one wave).
         if _waves(tiles * split, sms, (block_m + block_n) * BLOCK, 3) < _waves(
             tiles * split, sms, (block_m + block_n) * BLOCK, stages
         ):
@@ -152,11 +149,9 @@ def _heuristic(
 def specializes(m: int, n: int, sms: int) -> bool:
     """Whether the persistent warp-specialized kernel is the heuristic's choice (where it can run).
 
-    Measured on an H200 (benchmarks/gemm_overlap_probe.py, RESULTS.md; TFLOP/s, against the heuristic's
-    other choice): from M = 1024 (24576x1536 M = 4096: 1030 against 819); below that where its 128 x 128
-    tiles still give every SM one (M = 512: 24576x1536 842 against 706, 7168x2048 644 against 611; with
-    fewer, 64-row tiles spread better: 3072x1536 M = 512, 96 tiles, 367 against 400). The same for plain
-    and preshuffled weights (2112x7168 M = 4096, preshuffled: 979 against 826 for the overlapped loop)."""
+    It beat the heuristic's other choice on an H200 (RESULTS.md, "Persistent warp-specialized kernel")
+    from M = 1024, and below that where its 128 x 128 tiles still give every SM one; with fewer tiles,
+    64-row tiles spread the work better. The same holds for plain and preshuffled weights."""
     return m >= 1024 or (m > 64 and -(-m // BLOCK) * -(-n // BLOCK) >= sms)
 
 
@@ -164,18 +159,15 @@ def _overlapped(cfg: LaunchConfig, m: int, k: int, specialized: bool) -> LaunchC
     """Where the Gluon kernels beat the Triton kernel at large M, the config that runs them: 128 x 128
     tiles, the same MMA and multiply-add order, so the same bytes.
 
-    From benchmarks/gemm_overlap_probe.py on an H200 (RESULTS.md), against the Triton kernel's tiles:
-    where `specializes`, the persistent warp-specialized kernel with TMA stores (24576x1536 M = 4096: 1030
-    against 819 TFLOP/s for the overlapped loop; 32768x512 M = 8192: 887 against 618 for the persistent
-    loop; 7168x16384 M = 4096: 1095 against 1058), 5 stages, the most that fit with its staging tiles
-    (6 ran 1% faster over 4 K blocks before the scales joined the stages).
+    Each choice is the fastest the H200 runs recorded in RESULTS.md ("Overlapped promotion", "Persistence",
+    "Persistent warp-specialized kernel") found against the Triton kernel's tiles: where `specializes`,
+    the persistent warp-specialized kernel with TMA stores, 5 stages, the most that fit with its staging
+    tiles.
 
-    Without it (`specialized` false), the overlapped loops of 8 warps and 4 stages: above M = 1024,
-    1.14-1.22x (24576x1536 M = 4096: 821 against 689 TFLOP/s); over K = 512 (4 blocks) from M = 1024 the
-    persistent kernel, whose next tile's first copies land while a tile finishes (32768x512 M = 8192: 619
-    against 487 one program per tile; it ran 2-24% slower than that over longer K); at M = 1024 otherwise
-    only over long K (7168x16384, 128 blocks: 858 against 780), the 64 x 128 tiles being as fast or
-    faster elsewhere (3072x1536: 499 against 470)."""
+    Without it (`specialized` false), the overlapped loops of 8 warps and 4 stages: above M = 1024; over
+    K = 512 (4 blocks) from M = 1024 the persistent kernel, whose next tile's first copies land while a
+    tile finishes (over longer K it ran slower than one program per tile); at M = 1024 otherwise only over
+    long K, the 64 x 128 tiles being as fast or faster elsewhere."""
     if specialized:
         return LaunchConfig(
             128, 128, 8, 5, cfg.group_m, 1, cfg.stagger, persistent=True, specialized=True, tma_store=True
@@ -205,8 +197,7 @@ def _waves(programs: int, sms: int, stage_bytes: int, stages: int) -> int:
 _SM_SHARED_BYTES = 228 * 1024
 
 
-# K blocks up to which a decode GEMM is not split: 7168x2048 (16 blocks) at M=1 takes 11.3-11.9 us unsplit
-# and more with any split.
+# K blocks up to which a decode GEMM is not split: 7168x2048 (16 blocks) at M=1 ran slower with any split.
 _SHORT_K_BLOCKS = 16
 
 
@@ -215,13 +206,12 @@ def interleaved_stages(cfg: LaunchConfig, m: int, n: int, k: int, sms: int) -> L
     """The heuristic's config with the pipeline depth the interleaved (Gluon) kernel runs best at. The
     stage count changes no arithmetic, so the bytes stay the plain kernel's for the same config.
 
-    Measured on an H200 (benchmarks/gemm_interleaved_stages_sweep.py, RESULTS.md): 128-row tiles (8 warps,
-    one program per SM by registers) run best with 4 stages (7168x16384 M=4096: 1106 us against 1155 with
-    3, the plain kernel's depth); where the grid gives each SM at most one program, its latency is the
-    limit and deeper pipelines pay (3072x1536 M=64: 0.73 -> 0.85 of the plain kernel with 12 stages, before
-    the scales were staged) - except for single tokens, which lost 10% with them; where there are two or
-    more programs per SM for 64-row tiles, 3 stages fit three programs on an SM instead of two (2112x7168
-    M=1024: 0.66 -> 0.92), and 4 two, whichever fills the last wave better.
+    From the stage sweeps on an H200 (RESULTS.md, the interleaved kernel's pipeline depth): 128-row tiles
+    (8 warps, one program per SM by registers) run best with 4 stages, one more than the plain kernel;
+    where the grid gives each SM at most one program, its latency is the limit and deeper pipelines pay -
+    except for single tokens, which lost with them; where there are two or more programs per SM for
+    64-row tiles, 3 stages fit three programs on an SM instead of two, and 4 two, whichever fills the last
+    wave better.
     """
     programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
     per_stage = interleaved_stage_bytes(cfg)
@@ -232,11 +222,10 @@ def interleaved_stages(cfg: LaunchConfig, m: int, n: int, k: int, sms: int) -> L
     elif programs >= 2 * sms and m > 64:
         # 3 stages fit three programs per SM, 4 fit two. 4 where the grid then occupies fewer program
         # slots (its last wave counted whole) and either streams a long K (16+ blocks: 7168x2048 and
-        # 7168x16384 M=1024, 8 slots per SM against 9: 0.95 and 0.96 of plain against 0.92 and 0.91) or
-        # saves a quarter of them (4096x512 M=1024: 4 per SM against 6, 0.98 against 0.94); short-K grids
-        # otherwise gain from the third program per SM (32768x512 M=256: 8 slots against 9, yet 21.6 us
-        # with 3 stages against 22.8), and a grid that fits one wave of 3 keeps it (2112x7168 M=1024).
-        # Fitted on the nine 64 x 128-tile cases of the stage sweep in RESULTS.md.
+        # 7168x16384 M=1024, 8 slots per SM against 9) or saves a quarter of them (4096x512 M=1024: 4 per
+        # SM against 6); short-K grids otherwise gain from the third program per SM (32768x512 M=256: 8
+        # slots against 9, yet faster with 3 stages), and a grid that fits one wave of 3 keeps it
+        # (2112x7168 M=1024). Fitted on the nine 64 x 128-tile cases of the stage sweep in RESULTS.md.
         fewer = _slots(programs, sms, per_stage, 4) / _slots(programs, sms, per_stage, 3)
         k_blocks = -(-k // BLOCK) // cfg.split_k
         stages = 4 if fewer <= 0.75 or (fewer < 1 and k_blocks >= 16) else 3
@@ -252,11 +241,9 @@ def interleaved_config(cfg: LaunchConfig, m: int, n: int, k: int, sms: int) -> L
     loop at 4 stages where its grid (two programs per SM, by registers) takes no more waves than at that
     depth. Neither changes the arithmetic: the bytes stay the plain kernel's.
 
-    Measured on an H200 (benchmarks/gemm_overlap_probe.py, RESULTS.md; TFLOP/s, overlapped against the
-    depth rule, the plain Triton kernel in brackets): 7168x16384 M = 256 791 against 693 (749), 7168x2048
-    M = 256 504 against 463 (507), M = 1024 672 against 633 (669), 2112x7168 M = 256 256 against 236 (266);
-    2112x7168 M = 1024, 272 tiles, two waves of two per SM against one of three, 508 against 523 (551), and
-    24576x1536 M = 256 (12 blocks) 612 against 639."""
+    On an H200 (RESULTS.md, "The preshuffled weight at 64 < M <= 1024") the overlapped loop won over long
+    K and lost where its grid takes more waves (2112x7168 M = 1024: 272 tiles, two waves of two per SM
+    against one of three) or K is short (24576x1536 M = 256, 12 blocks)."""
     deep = interleaved_stages(cfg, m, n, k, sms)
     overlapped = replace(cfg, overlap=True, num_stages=4)
     if cfg.block_m != 64 or not 64 < m <= 1024 or k // BLOCK < 16 or not overlap_fits(overlapped, k):
@@ -508,7 +495,7 @@ def triton_block_scaled_mm(
         arrivals = torch.zeros(tiles, dtype=torch.int32, device=a.device)
     else:
         partials, arrivals = out, out  # never touched
-    from ._triton_gemm_kernel import block_scaled_gemm_kernel
+    from .triton_kernel import block_scaled_gemm_kernel
 
     # e4m3fn goes in as fp8 (tensor cores read it directly); e4m3fnuz as bytes the kernel decodes.
     operand = torch.uint8 if fnuz else torch.float8_e4m3fn
@@ -519,7 +506,7 @@ def triton_block_scaled_mm(
     buffers = (a.view(operand), a_scale, w.view(operand), w_scale, out, partials, arrivals, m, n, k, w.shape[1])
     strides = (stride_sm, stride_sk, w_scale.stride(0), w_scale.stride(1), n, m * n)  # scales, out, partials
     if cfg.specialized:
-        from ._gluon_specialized_gemm import specialized_gemm_kernel
+        from .gluon_specialized import specialized_gemm_kernel
 
         # Persistent: one program per SM (its stages and staging tiles fill an SM's shared memory).
         programs = min(tiles, triton_env.sm_count(a.device)) if cfg.persistent else tiles
@@ -535,7 +522,7 @@ def triton_block_scaled_mm(
         )  # fmt: skip
         return out
     if cfg.persistent:
-        from ._gluon_persistent_gemm import persistent_gemm_kernel
+        from .gluon_persistent import persistent_gemm_kernel
 
         programs = min(tiles, triton_env.sm_count(a.device) * persistent_programs_per_sm(cfg))
         persistent_gemm_kernel[(programs,)](
@@ -544,7 +531,7 @@ def triton_block_scaled_mm(
         )  # fmt: skip
         return out
     if use_gluon:
-        from ._gluon_gemm import gluon_gemm_kernel
+        from .gluon_kernel import gluon_gemm_kernel
 
         if shuffled and config is None and _tuned(m, n, k, fnuz, a.device) is None:  # the heuristic's config
             cfg = interleaved_config(cfg, m, n, k, triton_env.sm_count(a.device))

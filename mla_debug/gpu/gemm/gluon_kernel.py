@@ -8,8 +8,9 @@ A preshuffled weight (SHUFFLED): where a copy lands in shared memory. In the (16
 32-byte sector of the weight holds two weight ROWS (n, n + 1) of one 16-byte K chunk. Triton's kernel
 stages the weight tile in the 128-byte-swizzled layout it picks for every fp8 MMA operand, where rows n
 and n + 1 are 128 bytes apart, so every 16-byte copy of the weight becomes a request of its own and
-fetches a whole 32-byte sector for half of it: an H200's counters show 2x the weight bytes crossing from
-L2 and 7x the requests, and the kernel runs at 0.35-0.75 of the plain one. Here the weight tile is staged
+fetches a whole 32-byte sector for half of it: the hardware counters show twice the weight bytes
+crossing from L2 in several times the requests, and the kernel trails the plain one (RESULTS.md, "Why the
+preshuffled order was slow"). Here the weight tile is staged
 unswizzled, chunk-major (``NVMMASharedLayout`` with no swizzle: row n of K chunk c at byte
 ``(c * BLOCK_N + n) * 16``, the MMA's own "interleaved" core-matrix layout), so each sector lands in 32
 contiguous bytes and a 16-row band's 256-byte chunk in 256 contiguous bytes, read by the tensor cores as
@@ -132,8 +133,8 @@ def gluon_gemm_kernel(
     w_bufs = gl.allocate_shared_memory(gl.float8e4nv, w_shape, w_smem)
     # Why the scales are staged too: read COL_MAJOR (the preshuffled contract), a block's activation
     # scales are a fresh 4 x BLOCK_M-byte run M x 4 bytes from the previous block's, a trip to HBM per
-    # block; loaded one block ahead they stalled every iteration (2112x7168 M=256 ran at 0.51 of the plain
-    # kernel, 0.82 with ROW_MAJOR bytes). STAGES - 1 blocks ahead they arrive with the tiles.
+    # block; loaded one block ahead they stalled every iteration (RESULTS.md, "the activation scales' byte
+    # order"). STAGES - 1 blocks ahead they arrive with the tiles.
     a_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
     w_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
 
@@ -152,8 +153,8 @@ def gluon_gemm_kernel(
         # multiply-adds no longer leave them idle. Each MMA is waited for before the next barrier: one in
         # flight at a time, never across the loop's back edge. (ptxas serializes every MMA of a loop that
         # reads one product while another's MMA runs across the back edge; and keeping two in flight within
-        # an unrolled body, refills then two blocks behind, measured up to 9% slower on an H200.) Unrolled by
-        # two so that each product keeps its registers; the launcher passes an even block count (2+).
+        # an unrolled body, refills then two blocks behind, ran slower: RESULTS.md.) Unrolled by two so that
+        # each product keeps its registers; the launcher passes an even block count (2+).
         part_a = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)  # even blocks
         part_b = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)  # odd blocks
         part_a = _start_mma(0, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
@@ -193,8 +194,8 @@ def gluon_gemm_kernel(
         zeros = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
         for i in range(0, n_blocks):
             # Block i has landed for this thread; the barrier makes every thread's copies visible and
-            # retires block i - 1's readers, whose buffer is refilled next. (No proxy fence: it cost 1-3% on
-            # an H200 and Triton's own cp.async -> wgmma pipelines run without one.)
+            # retires block i - 1's readers, whose buffer is refilled next. (No proxy fence: it cost time
+            # (RESULTS.md) and Triton's own cp.async -> wgmma pipelines run without one.)
             async_copy.wait_group(STAGES - 2)
             _barrier()
             a_tile = a_bufs.index(i % STAGES)

@@ -6,15 +6,16 @@ accumulator.
 
 Why: in the other kernels every warp waits at a CTA-wide barrier once per K block, so the two
 warpgroups that share a tile start their MMAs together and then both wait, and the tensor cores idle
-between blocks (54% busy at 7168x16384 M = 4096 against cuBLAS's 81%, RESULTS.md). Here the tile's rows
-are split between two consumer warpgroups that never wait for each other - each waits only for its
-block's tiles to land and releases the slot when its MMA is done - and one producer warp copies the tiles
-with the tensor memory accelerator, so one warpgroup's MMA runs while the other promotes. The producer
+between blocks, busy far less of the time than in cuBLAS (RESULTS.md, "Why the rest of the gap stays").
+Here the tile's rows are split between two consumer warpgroups that never wait for each other - each
+waits only for its block's tiles to land and releases the slot when its MMA is done - and one producer
+warp copies the tiles with the tensor memory accelerator, so one warpgroup's MMA runs while the other
+promotes. The producer
 also copies each block's activation scales into the stage: column-major ones (a block's 128 rows
 contiguous) by TMA where M is a multiple of 4, otherwise by cp.async from its 32 threads. Loaded by the
-consumers from global memory one block ahead, column-major scales (a new line per block) had run 8-27%
-slower than row-major ones (3072x1536 and 7168x16384 at M = 8192, RESULTS.md); by TMA they run 0-5%
-faster.
+consumers from global memory one block ahead, column-major scales (a new line per block) had run slower
+than row-major ones; by TMA they run as fast or faster (RESULTS.md, "The activation scales in the
+stages").
 
 Each program takes tiles pid, pid + P, pid + 2P, ... of the grouped order (P programs). With one program
 per SM (persistent) the producer runs on into the next tile while the consumers store the last one, so
@@ -36,7 +37,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._gluon_gemm import _copy, tile_coordinates
+from .gluon_kernel import _copy, tile_coordinates
 
 # TMA copies: async_load / async_store from triton 3.7 on, async_copy_global_to_shared / _shared_to_global
 # before.
@@ -151,7 +152,7 @@ def _produce(
     else cp.async, 4 per thread) and both tiles (TMA), all completing on the slot's ready barrier. Steps
     are numbered across tiles: step g uses slot g % STAGES in phase (g // STAGES) & 1.
 
-    A shuffled weight's descriptor (`triton_gemm.tma_descriptors`) addresses it as [K chunk, 16-row band,
+    A shuffled weight's descriptor (`launcher.tma_descriptors`) addresses it as [K chunk, 16-row band,
     256 bytes]: its box of 8 chunks x 8 bands lands chunk-major, [K chunk, row, 16 bytes], the unswizzled
     layout wgmma reads."""
     (a_desc, w_desc, _, s_desc, a_bufs, w_bufs, _, s_bufs, ready, empty, a_scale_ptr, _, _, M, N, K, stride_sm,

@@ -9,7 +9,7 @@ One kernel covers both aiter contracts through compile-time switches:
   launcher passes (G, 1) for ROW_MAJOR bytes and (1, M) for COL_MAJOR bytes, whatever the tensor's own
   strides claim, exactly as aiter's CK/ASM kernels read raw pointers.
 - e4m3fn operands arrive as fp8 pointers and feed the tensor cores directly (pointers typed uint8 and
-  bitcast in registers defeat Triton's software pipelining: measured 4-5x slower on an H200).
+  bitcast in registers defeat Triton's software pipelining, several times slower: RESULTS.md).
 - FNUZ: inputs are e4m3fnuz bytes (uint8 pointers). NVIDIA tensor cores have no such type, so the bytes are decoded
   exactly to bf16 in registers (fnuz bits b encode half the e4m3fn value of b, except 0x7F/0xFF = +-240
   and 0x80 = NaN) and multiplied in bf16; every fp8 value is exact in bf16 and every product exact in
@@ -118,9 +118,9 @@ def block_scaled_gemm_kernel(
         shift = pid_n % tl.maximum(n_blocks, 1)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # The scales of the next block are loaded while this block multiplies (Triton pipelines only the
-    # loads that feed tl.dot; measured 15-17% faster for the preshuffled kernel at M = 8192, the same for
-    # plain). Indices are clamped into range instead of masked: an empty split - more splits than K
-    # blocks - loads a valid block and never uses it.
+    # loads that feed tl.dot; faster for the preshuffled kernel at large M, the same for plain: RESULTS.md).
+    # Indices are clamped into range instead of masked: an empty split - more splits than K blocks - loads
+    # a valid block and never uses it.
     first = tl.minimum(kb_start + shift, k_blocks - 1)
     a_s = tl.load(s_ptrs + first * stride_sk, mask=mask_m, other=0.0)
     w_s = tl.load(ws_ptr + first * stride_wsk)

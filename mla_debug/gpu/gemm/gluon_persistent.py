@@ -11,8 +11,8 @@ the first blocks of the next tile are fetched while the current tile's last bloc
 result is stored. Tiles are numbered in the grouped order of the other kernels, so the P tiles in
 flight at once are the ones a one-tile-per-program grid would run side by side.
 
-Measured on an H200 (RESULTS.md): 1.04-1.27x one program per tile over K = 512, but 2-24% slower over
-longer K, so the heuristic runs it over short K only.
+On an H200 it beat one program per tile over K = 512 but ran slower over longer K (RESULTS.md,
+"Persistence"), so the heuristic runs it over short K only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma_wait
 
-from ._gluon_gemm import (
+from .gluon_kernel import (
     _copy,
     _start_mma,
     _weight_tile,

@@ -1,6 +1,6 @@
 """Where Triton can run in this process: importable, on which GPU, compiled or interpreted.
 
-Shared by the Triton GEMMs (kernels/) and the Triton norm + quant (normquant/). Nothing here imports
+Shared by the GEMM (gpu/gemm) and the norm + quant (gpu/normquant) launchers. Nothing here imports
 triton at module import; the answers that need the driver or the import are cached.
 """
 

@@ -1,8 +1,8 @@
-"""Triton source of the norm + quant kernels (loaded by `_triton_support.kernels`, never imported directly).
+"""Triton source of the norm + quant kernels (loaded by `support.kernels`, never imported directly).
 
 One file holds the fused kernel and the two kernels of the unfused baseline, because they share the
-device functions that fix the numerics - the same rounding steps as the torch reference (`rmsnorm.py`,
-`numerics/quantize.py`), so results agree bit for bit:
+device functions that fix the numerics - the same rounding steps as the torch reference
+(`normquant/rmsnorm.py`, `numerics/quantize.py`), so results agree bit for bit:
 
 - squares summed in float64 and the mean rounded once to fp32; ``sqrt_rn`` and ``div_rn`` give the
   correctly rounded root and reciprocal (plain ``/`` and ``rsqrt`` are approximate on NVIDIA GPUs);
@@ -116,7 +116,7 @@ def _inv_rms(s, N: tl.constexpr, eps, AXES: tl.constexpr, SHORT_CHAIN: tl.conste
     if SHORT_CHAIN and sq.shape[AXES] >= 8:
         # A reduction adds a thread's own values one after another: 16 dependent fp64 adds when a thread
         # holds 16. Two rounds of pair sums first make that chain 2 + 4 long (the result is a sum in
-        # another order, as any reduction's is; see rmsnorm.py on why the fp32 mean does not depend on it).
+        # another order, as any reduction's is; see normquant/rmsnorm.py on why the fp32 mean does not depend on it).
         sq = _add_pairs(_add_pairs(sq, AXES), AXES)
     if AXES == 2:
         total = tl.sum(tl.sum(sq, axis=2), axis=1)
@@ -156,10 +156,10 @@ def _store_scales(ptrs, scale, mask, IN_PLACE: tl.constexpr):
     """Store the (rows, groups) scales from the layout the group amax reduction left them in.
 
     Triton gives every ``tl.store`` a layout of its own (one scale per thread, for coalescing) and moves
-    the values there through shared memory, behind barriers, at the end of every program: 0.02-0.26 us of
-    a 1.5 us launch at decode sizes. IN_PLACE (inline PTX) has every thread store the scales it holds
-    instead; the lanes that share a group write the same value to the same address, which the memory
-    system merges. With one warp per row a thread then issues several stores where tl.store needs one,
+    the values there through shared memory, behind barriers, at the end of every program: a measurable
+    part of a launch at decode sizes (RESULTS.md). IN_PLACE (inline PTX) has every thread store the
+    scales it holds instead; the lanes that share a group write the same value to the same address,
+    which the memory system merges. With one warp per row a thread then issues several stores where tl.store needs one,
     which launches with many rows (bound by instruction issue) pay for, so they keep tl.store.
     """
     if IN_PLACE:
