@@ -1,10 +1,11 @@
 """Time a default triage with bisection (what `mla-debug triage` runs), wall clock and CPU time.
 
-  PYTHONPATH=. python3 benchmarks/triage_bisect_bench.py [--model deepseek-v4-flash] [--tp 1 2 4 8]
-      [--modes prefill decode] [--tokens 16] [--scenario vllm-pr51692] [--platform mi355x] [--json OUT]
+  PYTHONPATH=. python3 benchmarks/triage_bisect_bench.py [--model deepseek-v4-flash] [--tp 1,2,4,8]
+      [--modes prefill decode] [--tokens 16] [--scenario vllm-pr51692] [--platform mi355x] [--out FILE]
+      [--json OUT]
 
 Builds the Workbench (synthetic weights of the real dimensions, seed 0), then runs `md.triage` with
-bisection, and prints one Markdown table row: workbench and triage seconds (wall), CPU seconds of the
+bisection, and prints a Markdown table (under the harness's environment line) of one row: workbench and triage seconds (wall), CPU seconds of the
 whole process (all threads: on a shared machine wall time grows with the other jobs' load, CPU time much
 less), peak RSS, the load average before and after, the bisection's trial counts, and the verdicts and
 culprits, so that two versions of the code can be compared on the same answers. It reads only the
@@ -17,22 +18,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 
+from benchmarks.harness import environment, int_list, markdown_table, peak_rss_gb, write_report
 
-def main() -> None:
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="deepseek-v4-flash")
     parser.add_argument("--platform", default="mi355x")
     parser.add_argument("--scenario", default="vllm-pr51692")
-    parser.add_argument("--tp", nargs="+", type=int, default=[1, 2, 4, 8])
+    parser.add_argument("--tp", type=int_list, default=[1, 2, 4, 8], help="TP sizes, e.g. 1,2,4,8")
     parser.add_argument("--modes", nargs="+", default=["prefill", "decode"])
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--label", default="", help="what this run is (e.g. 'before', 'after')")
+    parser.add_argument("--out", default=None, help="also write the markdown here")
     parser.add_argument("--json", default=None, help="also write the figures here as JSON")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -60,7 +63,7 @@ def main() -> None:
         "triage_s": round(wall2 - wall1, 1),
         "total_s": round(wall2 - wall0, 1),
         "cpu_s": round(cpu2 - cpu0, 1),
-        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "peak_rss_gb": round(peak_rss_gb(), 2),
         "load_before": [round(x, 1) for x in load_before],
         "load_after": [round(x, 1) for x in os.getloadavg()],
         "trials": getattr(stats, "trials", None),
@@ -75,12 +78,15 @@ def main() -> None:
         "versions": f"mla_debug {md.__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}",
         "threads": torch.get_num_threads(),
     }
-    print(
-        "| {label} | {model} | {total_s} | {workbench_s} | {triage_s} | {cpu_s} | {peak_rss_gb} | "
-        "{load_before[0]} / {load_after[0]} | {trials} | {runs} |".format(**figures)
-    )
-    for line in figures["verdicts"] + figures["culprits"] + figures["unresolved"]:
-        print(f"    {line}")
+    header = ["label", "model", "total s", "workbench s", "triage s", "CPU s", "peak RSS GB", "load before / after"]
+    header += ["trials", "runs"]
+    row = [figures[k] for k in ("label", "model", "total_s", "workbench_s", "triage_s", "cpu_s", "peak_rss_gb")]
+    row += [f"{figures['load_before'][0]} / {figures['load_after'][0]}", figures["trials"], figures["runs"]]
+    lines = [environment(), "", markdown_table(header, [row]), ""]
+    lines += [f"    {line}" for line in figures["verdicts"] + figures["culprits"] + figures["unresolved"]]
+    text = "\n".join(lines)
+    print(text)
+    write_report(args.out, text)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(figures, out, indent=2)

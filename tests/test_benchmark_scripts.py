@@ -29,6 +29,7 @@ CPU_TINY = {
     "cpu_gemm_emulation.py": ["--shapes", "256x256", "--layer", "256x256", "--m", "4", "--repeats", "1"],
     "cpu_layer_bench.py": ["--model", "tiny", "--tp", "1,2", "--tokens", "4", "--repeats", "1"],
     "trace_bench.py": ["--mb", "0.5", "--repeats", "1"],
+    "triage_bisect_bench.py": ["--model", "tiny", "--tp", "1,2", "--tokens", "4", "--modes", "decode"],
 }
 
 
