@@ -8,7 +8,7 @@ from .platforms import PLATFORMS, Platform, detect_platform, platform, platform_
 from .policy import KernelPolicy, parse_disabled
 from .prequantized import apply_pre_quantized_block_scaled_mm, wanted_scale_layout
 from .tuned import ENV_VAR as TUNED_ENV_VAR
-from .tuned import TunedRow, TunedTable, padded_m_candidates
+from .tuned import TableOrigin, TableSource, TunedRow, TunedTable, padded_m, padded_m_candidates
 
 __all__ = [
     "ACCUMULATIONS",
@@ -21,6 +21,8 @@ __all__ = [
     "Kernel",
     "KernelPolicy",
     "Platform",
+    "TableOrigin",
+    "TableSource",
     "TunedRow",
     "TunedTable",
     "apply_pre_quantized_block_scaled_mm",
@@ -28,6 +30,7 @@ __all__ = [
     "get_kernel",
     "kernel_class",
     "kernel_names",
+    "padded_m",
     "padded_m_candidates",
     "parse_disabled",
     "platform",
