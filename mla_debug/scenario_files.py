@@ -37,7 +37,7 @@ from .kernels import Kernel, TunedTable, kernel_class, parse_disabled
 from .model.behaviour import ModelBehaviour
 from .numerics import quant_flavor
 
-NORM_QUANT_BACKENDS = ("auto", "torch", "triton", "aiter")
+NORM_QUANT_BACKENDS = ("auto", "torch", "triton", "aiter", "aiter-triton")
 
 SUFFIXES = (".yml", ".yaml", ".json")
 

@@ -1,6 +1,6 @@
 """Block-scaled FP8 GEMM kernels behind one interface; platforms, tuned tables and kernel selection."""
 
-from . import aiter_emulated, aiter_native, cublas, reference, triton_kernels  # noqa: F401  (register the kernels)
+from . import aiter_emulated, aiter_native, aiter_triton, cublas, reference, triton_kernels  # noqa: F401  (register the kernels)
 from .base import Contract, GemmCall, GemmProblem, Kernel, get_kernel, kernel_class, kernel_names, register_kernel
 from .block_gemm import ACCUMULATIONS
 from .linear import BlockScaledLinear
