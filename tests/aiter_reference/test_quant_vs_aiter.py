@@ -78,6 +78,8 @@ def test_aiter_triton_flavor_is_the_triton_per_token_quant(dtype, seed):
 def test_aiter_fused_flavor_is_the_fused_kernels_quant_step(dtype, seed):
     require_aiter()
     device = triton_device()
+    if device.type == "cuda":
+        pytest.skip("compiled on a GPU this runs in test_aiter_gpu.py (Triton's `/` is approximate there)")
     x = activations(4, 4, seed, torch.float32).to(device)
     q = torch.empty(x.shape, dtype=dtype, device=device)
     scale = torch.empty((4, 4), dtype=torch.float32, device=device)
