@@ -98,7 +98,7 @@ def test_split_k_config_agrees_too():
     interpreter would assert) with a config that splits K in two."""
     require_aiter()
     x, w, xs, ws = exact_operands(4, 256, 512, seed=9)
-    config = dict(aiter_triton.gemm_config(4, 256, 512, "gfx950", torch.device("cpu")), NUM_KSPLIT=2)
+    config = dict(aiter_triton.gemm_config(4, 256, 512, "gfx950", triton_device()), NUM_KSPLIT=2)
     theirs = run_aiter(x, w, xs, ws, config=config)
     assert_same_bits(emulate(x, w, xs, ws, "blockwise"), theirs, "split-K aiter vs blockwise emulation")
 
