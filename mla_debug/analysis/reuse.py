@@ -31,7 +31,7 @@ import torch
 
 from ..kernels import KernelPolicy, TunedTable
 from ..model.attention_v4 import MODEL_SHUFFLED
-from ..model.behaviour import ModelBehaviour
+from ..scenarios.behaviour import ModelBehaviour
 from ..model.linear import DenseLinear, QuantizedLinear
 from ..model.records import StepRecord
 from ..numerics import E4M3FN, E4M3FNUZ

@@ -15,7 +15,7 @@ def version() -> str:
     try:
         return dist_version("mla-debug")
     except PackageNotFoundError:
-        from . import __version__
+        from .. import __version__
 
         return __version__
 
