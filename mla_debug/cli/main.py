@@ -19,7 +19,7 @@ import argparse
 import sys
 
 from . import checkpoint, demo, kernel_demo, kernels, layouts, profile, triage
-from .common import version
+from .._version import version
 
 
 def build_parser() -> argparse.ArgumentParser:
