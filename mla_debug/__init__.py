@@ -62,7 +62,6 @@ from .parallel import LayerRun, MLALayer, run_layer
 from .profiling import Trace, compare_traces, load_trace, profile
 from .scenarios import SCENARIOS, Scenario, scenario, scenario_names
 
-
 __all__ = [
     "E4M3FN",
     "E4M3FNUZ",

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 
-
 def _first_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
