@@ -117,3 +117,17 @@ def test_padded_m_at_every_boundary(m, n):
     from aiter_padded_m import get_padded_m
 
     assert padded_m_candidates(m, n) == list(dict.fromkeys([m, get_padded_m(m, n, 7168, 0), get_padded_m(m, n, 7168, 1)]))
+
+
+def test_an_installed_aiter_does_not_move_the_default_table():
+    """Installing amd-aiter (make test does) used to switch TunedTable.default() to its older tables and
+    flip the README's headline verdict; off ROCm its tables are used only when asked for."""
+    import torch
+
+    install = require_aiter()
+    if getattr(torch.version, "hip", None):
+        pytest.skip("on ROCm an installed aiter's tables are the default, as vLLM reads them there")
+    assert md.TunedTable.default({}).origin == md.kernels.TableSource.embedded()
+    asked = md.TunedTable.from_installed_aiter()
+    assert asked.origin.aiter_version == install.version
+    assert asked.source.startswith(f"installed aiter {install.version}: ")
