@@ -125,7 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     timer = EventTimer(args.reps)
     gen = torch.Generator().manual_seed(0)
     start = time.perf_counter()
-    sections = [f"{environment('cuda')}; amd-aiter {real_aiter.PINNED_VERSION}; median of {args.reps} calls, L2 flushed"]
+    sections = [
+        f"{environment('cuda')}; amd-aiter {real_aiter.PINNED_VERSION}; median of {args.reps} calls, L2 flushed"
+    ]
     if args.only in (None, "normquant"):
         ms = [1, 64, 4096] if args.quick else NORMQUANT_MS
         rows = []
@@ -144,7 +146,16 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(row)
                 notes += [note for note in row_notes if note]
                 print(" | ".join(str(c) for c in row), flush=True)
-        header = ["N x K", "M", "ours us", "aiter us", "aiter / ours", "ours TFLOP/s", "aiter TFLOP/s", "aiter config (MI350X)"]
+        header = [
+            "N x K",
+            "M",
+            "ours us",
+            "aiter us",
+            "aiter / ours",
+            "ours TFLOP/s",
+            "aiter TFLOP/s",
+            "aiter config (MI350X)",
+        ]
         if args.diagnose:
             header.append("aiter 2x warps us")
         times = [float(r[3]) / float(r[2]) for r in rows]

@@ -117,6 +117,4 @@ class AiterTritonBlockscaleKernel(AiterBlockscaleEmulated):
         if not self.uses_triton(qa.data.device):
             # What a stride-following reader sees is the tensor's own values at (m, g).
             return block_scaled_mm(qa.fmt.decode(qa.data), qa.scale.float(), linear, None, "blockwise")
-        return aiter_triton.gemm_a8w8_blockscale(
-            qa.data, weight.data, qa.scale, weight.scale, self.config_as.arch
-        )
+        return aiter_triton.gemm_a8w8_blockscale(qa.data, weight.data, qa.scale, weight.scale, self.config_as.arch)

@@ -112,7 +112,9 @@ class TritonBlockscaleKernel(_TritonGemm, AiterBlockscaleEmulated):
     vllm_name = None
     stands_in_for = "aiter-blockscale"
 
-    def __init__(self, backend: str = "auto", accumulation: Accumulation = "blockwise", flavor: str = "aiter-hip") -> None:
+    def __init__(
+        self, backend: str = "auto", accumulation: Accumulation = "blockwise", flavor: str = "aiter-hip"
+    ) -> None:
         super().__init__(accumulation=accumulation, flavor=flavor)
         self._set_backend(backend)
 

@@ -53,9 +53,7 @@ class TunedRow:
         try:
             return {"gfx": self.gfx, "cu_num": self.cu_num, "M": self.m, "N": self.n, "K": self.k}[name]
         except KeyError:
-            raise ValueError(
-                f"dedup column {name!r} is not one the tuned table reads (gfx, cu_num, M, N, K)"
-            ) from None
+            raise ValueError(f"dedup column {name!r} is not one the tuned table reads (gfx, cu_num, M, N, K)") from None
 
 
 def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:

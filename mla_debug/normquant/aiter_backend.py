@@ -171,7 +171,9 @@ def _run_triton(op: NativeOp, args: NormQuantArgs, return_unquantized: bool) -> 
         return_unquantized,
         args.scale_layout is ScaleLayout.COL_MAJOR,
     )
-    return NormQuantResult(args.quantized(q_out, scale, op.producer), k_out, unq if return_unquantized else None, res_out)
+    return NormQuantResult(
+        args.quantized(q_out, scale, op.producer), k_out, unq if return_unquantized else None, res_out
+    )
 
 
 def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:

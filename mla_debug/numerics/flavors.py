@@ -9,12 +9,19 @@ aiter alone has four 1x128 activation quantizers that are not bit-identical to e
 own flavor, byte-exact with aiter's code (amd-aiter 0.1.7.post2.dev18; tests/aiter_reference checks the
 three that run off ROCm against aiter itself):
 
-| flavor         | aiter function                                                           | amax floor | scale                    | zero group     | quotient         | clamp |
-|----------------|--------------------------------------------------------------------------|------------|--------------------------|----------------|------------------|-------|
-| ``aiter-hip``  | HIP ``dynamic_per_group_scaled_quant_kernel`` (csrc/kernels/quant_kernels.cu), what serving calls (``per_group_quant_hip``, vLLM's ``group_fp8_quant``) | 1e-10 | ``amax * float(1/max)`` | floor | ``x * (1/scale)`` | yes |
-| ``aiter-triton`` | Triton ``_dynamic_per_token_quant_fp8_i8_kernel`` per 128 (ops/triton/quant.py, ``get_triton_quant(per_1x128)``) | none | ``amax / max`` | scale 0, NaN bytes | ``x * (1/scale)`` | no |
-| ``aiter-fused`` | Triton ``_fp8_quant_op`` of ``fused_rms_fp8_group_quant`` (ops/triton/_triton_kernels/fused_fp8_quant.py) | 1e-10 | ``amax / max`` | floor | ``x * (1/scale)`` | yes |
-| ``aiter-torch`` | torch ``pertoken_quant`` per 128 (ops/quant.py, ``get_torch_quant(per_1x128)``), aiter's test reference | none | ``amax / max`` as torch divides by a Python float | scale 1 | ``x / scale`` | no |
+- ``aiter-hip``: the HIP ``dynamic_per_group_scaled_quant_kernel`` (csrc/kernels/quant_kernels.cu), what
+  serving calls (``per_group_quant_hip``; vLLM's ``group_fp8_quant``). amax floored at 1e-10, scale
+  ``amax * float(1/max)``, ``q = clamp(x * (1/scale))``.
+- ``aiter-triton``: the Triton ``_dynamic_per_token_quant_fp8_i8_kernel`` per 128 elements
+  (ops/triton/quant.py; ``get_triton_quant(per_1x128)``). No floor, scale ``amax / max``,
+  ``q = x * (1/scale)`` unclamped: an all-zero group gets scale 0 and NaN bytes.
+- ``aiter-fused``: the quant step ``_fp8_quant_op`` of the Triton ``fused_rms_fp8_group_quant``
+  (ops/triton/_triton_kernels/fused_fp8_quant.py). Floor 1e-10, scale ``amax / max``,
+  ``q = clamp(x * (1/scale))``.
+- ``aiter-torch``: the torch ``pertoken_quant`` per 128 elements (ops/quant.py;
+  ``get_torch_quant(per_1x128)``), aiter's test reference. No floor, scale ``amax / max`` as torch
+  divides by a Python float (exactly on the CPU, by the fp32 reciprocal on a GPU), a zero scale
+  replaced by 1, ``q = x / scale`` unclamped.
 
 ``aiter`` is the recipe of ``aiter-fused`` under its older name, kept for weights and for callers that
 named it (aiter has no 128x128 block quantizer, so only it, ``vllm`` and ``deepseek`` quantize blocks).
@@ -133,8 +140,7 @@ AITER_TRITON = QuantFlavor(
 AITER_FUSED = QuantFlavor(
     name="aiter-fused",
     description=(
-        "aiter Triton fused RMSNorm + group quant: scale = max(amax, 1e-10) / dtype max, "
-        "q = clamp(x * (1/scale))"
+        "aiter Triton fused RMSNorm + group quant: scale = max(amax, 1e-10) / dtype max, q = clamp(x * (1/scale))"
     ),
     # _fp8_quant_op: `m = tl.maximum(tl.max(tl.abs(x)), 1e-10); scale_out = m / DTYPE_MAX;
     # scale_recip = 1.0 / scale_out; x = tl.clamp(x * scale_recip, DTYPE_MIN, DTYPE_MAX)`.

@@ -20,7 +20,9 @@ from pathlib import Path
 DISTRIBUTION = "amd-aiter"
 # The one release whose files the loader and the cross-checks were written against.
 PINNED_VERSION = "0.1.7.post2.dev18"
-INSTALL_HINT = f"pip install '{DISTRIBUTION}=={PINNED_VERSION}' (or the project's extra: pip install 'mla-debug[aiter]')"
+INSTALL_HINT = (
+    f"pip install '{DISTRIBUTION}=={PINNED_VERSION}' (or the project's extra: pip install 'mla-debug[aiter]')"
+)
 
 
 class AiterUnavailable(ImportError):

@@ -62,4 +62,6 @@ def assert_same_bits(ours: torch.Tensor, theirs: torch.Tensor, what: str) -> Non
     if len(differ):
         where = [tuple(i.tolist()) for i in differ[:5]]
         sample = [(a[w].item(), b[w].item()) for w in where]
-        raise AssertionError(f"{what}: {len(differ)} of {a.numel()} elements differ from aiter's, first at {where}: {sample}")
+        raise AssertionError(
+            f"{what}: {len(differ)} of {a.numel()} elements differ from aiter's, first at {where}: {sample}"
+        )

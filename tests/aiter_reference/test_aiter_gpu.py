@@ -85,7 +85,9 @@ def test_gemm_exact_data_bit_for_bit(m, n, k):
     assert torch.equal(theirs.view(torch.int16), emulate(x, w, xs, ws, "blockwise").view(torch.int16))
 
 
-@pytest.mark.parametrize(("n", "k"), [(24576, 1536), (3072, 1536), (32768, 512), (7168, 16384), (7168, 2048), (2112, 7168)])
+@pytest.mark.parametrize(
+    ("n", "k"), [(24576, 1536), (3072, 1536), (32768, 512), (7168, 16384), (7168, 2048), (2112, 7168)]
+)
 @pytest.mark.parametrize("m", [1, 64, 1024])
 def test_gemm_deepseek_v3_shapes_within_the_bound(n, k, m):
     require_aiter()

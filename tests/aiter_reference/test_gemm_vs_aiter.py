@@ -116,7 +116,9 @@ def test_random_data_within_the_bound_for_aiter_and_both_emulations(seed, m, n, 
     }
     for name, y in results.items():
         excess = (y.double() - exact).abs() - bound
-        assert (excess <= 0).all(), f"{name}: {int((excess > 0).sum())} outputs beyond the bound, worst {excess.max():.3g}"
+        assert (excess <= 0).all(), (
+            f"{name}: {int((excess > 0).sum())} outputs beyond the bound, worst {excess.max():.3g}"
+        )
 
 
 def test_scales_are_read_by_their_strides():
@@ -161,7 +163,11 @@ def test_the_kernel_class_runs_aiter_and_records_the_view_violation():
     qa = kernel.quantize_input(torch.randn(4, 512, generator=gen).to(torch.bfloat16).to(device), weight.fmt)
     assert qa.flavor == "aiter-hip" and qa.scale_layout is md.ScaleLayout.ROW_MAJOR
     layouts = md.ScaleLayout
-    for layout, read_as in ((layouts.ROW_MAJOR, layouts.ROW_MAJOR), (layouts.COL_MAJOR_STRIDED, layouts.COL_MAJOR_STRIDED), (layouts.COL_MAJOR, layouts.ROW_MAJOR)):
+    for layout, read_as in (
+        (layouts.ROW_MAJOR, layouts.ROW_MAJOR),
+        (layouts.COL_MAJOR_STRIDED, layouts.COL_MAJOR_STRIDED),
+        (layouts.COL_MAJOR, layouts.ROW_MAJOR),
+    ):
         given = qa.presented_as(layout)
         with triton_semantics():
             call = linear.run(given)

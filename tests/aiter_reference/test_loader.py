@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from aiter_ref import require_aiter
 
 from mla_debug import real_aiter

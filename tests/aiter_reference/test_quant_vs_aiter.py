@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 from aiter_ref import assert_same_bits, require_aiter, triton_device, triton_semantics
-from quant_inputs import activations, scale_bits
+from quant_inputs import activations
 
 import mla_debug as md
 from mla_debug.real_aiter import functions

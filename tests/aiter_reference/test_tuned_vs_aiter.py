@@ -22,7 +22,21 @@ from mla_debug.kernels.tuned import padded_m, padded_m_candidates
 from mla_debug.kernels.tuned_files import read_csv
 from mla_debug.real_aiter import functions
 
-COLUMNS = ["gfx", "cu_num", "M", "N", "K", "libtype", "kernelId", "splitK", "us", "kernelName", "tflops", "bw", "errRatio"]
+COLUMNS = [
+    "gfx",
+    "cu_num",
+    "M",
+    "N",
+    "K",
+    "libtype",
+    "kernelId",
+    "splitK",
+    "us",
+    "kernelName",
+    "tflops",
+    "bw",
+    "errRatio",
+]
 
 
 def row_key(row) -> tuple:
@@ -91,7 +105,16 @@ def test_merge_of_random_colliding_tables_matches(files, tmp_path_factory):
     paths = []
     for i, rows in enumerate(files):
         full = [
-            {**r, "libtype": "ck", "kernelId": 0, "splitK": 0, "kernelName": f"f{i}r{j}", "tflops": 0, "bw": 0, "errRatio": 0}
+            {
+                **r,
+                "libtype": "ck",
+                "kernelId": 0,
+                "splitK": 0,
+                "kernelName": f"f{i}r{j}",
+                "tflops": 0,
+                "bw": 0,
+                "errRatio": 0,
+            }
             for j, r in enumerate(rows)
         ]
         paths.append(_write_table(folder / f"t{i}.csv", full))
@@ -116,7 +139,9 @@ def test_padded_m_at_every_boundary(m, n):
     require_aiter()
     from aiter_padded_m import get_padded_m
 
-    assert padded_m_candidates(m, n) == list(dict.fromkeys([m, get_padded_m(m, n, 7168, 0), get_padded_m(m, n, 7168, 1)]))
+    assert padded_m_candidates(m, n) == list(
+        dict.fromkeys([m, get_padded_m(m, n, 7168, 0), get_padded_m(m, n, 7168, 1)])
+    )
 
 
 def test_an_installed_aiter_does_not_move_the_default_table():

@@ -31,7 +31,10 @@ def test_can_implement_on_gpu_platforms():
     assert kernel.can_implement(problem, md.platform("h200"))[0]
     assert kernel.can_implement(problem, md.platform("mi355x"))[0]
     assert "not cpu" in kernel.can_implement(problem, md.platform("cpu"))[1]
-    assert "does not exist on NVIDIA" in kernel.can_implement(md.GemmProblem("x", 128, 512, md.E4M3FNUZ), md.platform("h200"))[1]
+    assert (
+        "does not exist on NVIDIA"
+        in kernel.can_implement(md.GemmProblem("x", 128, 512, md.E4M3FNUZ), md.platform("h200"))[1]
+    )
     assert "K=200" in kernel.can_implement(md.GemmProblem("x", 128, 200, md.E4M3FN), md.platform("h200"))[1]
 
 
@@ -52,7 +55,9 @@ def test_emulation_reads_scales_by_their_strides(layout, read_as, violated, gen)
     assert call.scale_read_as is read_as and bool(call.violations) == violated
     # what it computes is the plain-weight GEMM of the scale values it reads
     reference = md.BlockScaledLinear("proj", weight).attach(md.get_kernel("aiter-blockscale"))
-    as_read = md.QuantizedActivation(qa.data, md.read_scale(qa.scale, read_as).contiguous(), md.ScaleLayout.ROW_MAJOR, qa.fmt)
+    as_read = md.QuantizedActivation(
+        qa.data, md.read_scale(qa.scale, read_as).contiguous(), md.ScaleLayout.ROW_MAJOR, qa.fmt
+    )
     assert torch.equal(call.output, reference.run(as_read).output)
 
 

@@ -126,7 +126,9 @@ def test_default_uses_an_installed_aiter_only_where_it_serves_the_process(aiter_
     assert md.TunedTable.default({}).source == "embedded shapes of aiter e4048607a535"
     asked = md.TunedTable.from_installed_aiter()
     assert asked.origin.origin is md.kernels.TableOrigin.INSTALLED_AITER
-    assert asked.source == f"installed aiter 0.1.7.post2.dev18: {configs / 'a8w8_blockscale_bpreshuffle_tuned_gemm.csv'}"
+    assert (
+        asked.source == f"installed aiter 0.1.7.post2.dev18: {configs / 'a8w8_blockscale_bpreshuffle_tuned_gemm.csv'}"
+    )
     _fake_installed_aiter(monkeypatch, configs, hip="6.4.0")
     assert md.TunedTable.default({}).source == asked.source
     # the env var wins everywhere

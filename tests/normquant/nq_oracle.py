@@ -44,9 +44,23 @@ _FLAVOR_MAX = {
 }
 # quant_kernels.cu (hip): absMax starts at 1e-10f; the Triton per-token quant has no floor; the fused
 # _fp8_quant_op floors at 1e-10.
-_GROUP_FLOOR = {"aiter": 1e-10, "vllm": 1e-10, "deepseek": 1e-4, "aiter-hip": 1e-10, "aiter-triton": 0.0, "aiter-fused": 1e-10}
+_GROUP_FLOOR = {
+    "aiter": 1e-10,
+    "vllm": 1e-10,
+    "deepseek": 1e-4,
+    "aiter-hip": 1e-10,
+    "aiter-triton": 0.0,
+    "aiter-fused": 1e-10,
+}
 _DIVIDES = {"aiter": False, "vllm": True, "deepseek": False, **{name: False for name in AITER_FLAVORS}}
-_CLAMPS = {"aiter": True, "vllm": True, "deepseek": False, "aiter-hip": True, "aiter-triton": False, "aiter-fused": True}
+_CLAMPS = {
+    "aiter": True,
+    "vllm": True,
+    "deepseek": False,
+    "aiter-hip": True,
+    "aiter-triton": False,
+    "aiter-fused": True,
+}
 # hip: scale = absMax * (float)(1.0 / max), and fmaxf keeps NaN out of absMax
 _TIMES_INVERSE_MAX = {"aiter-hip"}
 _AMAX_IGNORES_NAN = {"aiter-hip"}

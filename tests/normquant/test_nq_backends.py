@@ -293,7 +293,11 @@ def test_aiter_adapter_refuses_what_aiters_kernel_cannot_do(monkeypatch, fake_ro
         return validate_inputs(OP, *kwargs.values())
 
     bad = [
-        (dict(flavor="vllm"), ValueError, "flavor='vllm': aiter's fused op quantizes with its own recipe, flavor 'aiter-fused'"),
+        (
+            dict(flavor="vllm"),
+            ValueError,
+            "flavor='vllm': aiter's fused op quantizes with its own recipe, flavor 'aiter-fused'",
+        ),
         (dict(fmt="e4m3fn"), ValueError, "fmt=e4m3fn: aiter's kernel writes this GPU's fp8 type"),
         (dict(q_weight=case.q_weight.float()), TypeError, "q_weight: shape (128,), dtype torch.float32"),
         (dict(q=case.q.float(), q_weight=case.q_weight.float()), TypeError, "q: shape (2, 128), dtype torch.float32"),
@@ -341,7 +345,9 @@ def test_aiter_adapter_runs_the_released_triton_op_where_aiter_has_no_hip_one(mo
     ref = FUSED(**case.kwargs(transpose_scale=True, return_unquantized=True), backend="torch")
     assert torch.equal(result.q_quant.data.view(torch.uint8), ref.q_quant.data.view(torch.uint8))
     assert result.q_quant.scale_layout is ScaleLayout.COL_MAJOR and result.q_quant.flavor == "aiter-fused"
-    with pytest.raises(ValueError, match="this aiter's aiter.ops.triton.fused_fp8_quant.fused_rms_fp8_group_quant has no gemma"):
+    with pytest.raises(
+        ValueError, match="this aiter's aiter.ops.triton.fused_fp8_quant.fused_rms_fp8_group_quant has no gemma"
+    ):
         aiter_backend._run(args(gemma=True), False)
 
 

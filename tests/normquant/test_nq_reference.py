@@ -8,7 +8,16 @@ import math
 import pytest
 import torch
 from nq_cases import activations, check_against_oracle, make_case, norm_weight
-from nq_oracle import AITER_FLAVORS, FLAVORS, FN, FNUZ, assert_bits_equal, assert_fp8_equal, fused_reference, is_nan_byte
+from nq_oracle import (
+    AITER_FLAVORS,
+    FLAVORS,
+    FN,
+    FNUZ,
+    assert_bits_equal,
+    assert_fp8_equal,
+    fused_reference,
+    is_nan_byte,
+)
 
 import mla_debug as md
 from mla_debug.layouts import ScaleLayout

@@ -9,8 +9,8 @@ import warnings
 import pytest
 import torch
 from fp8_oracle import (
-    DTYPES,
     BLOCK_FLAVOR_NAMES,
+    DTYPES,
     FN,
     FNUZ,
     assert_same_f32,

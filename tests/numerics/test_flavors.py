@@ -187,7 +187,9 @@ def test_aiter_flavors_on_an_all_zero_group():
     """HIP and fused floor amax at 1e-10; Triton gives scale 0 and NaN bytes; torch replaces the scale by 1."""
     x = torch.zeros(1, 128)
     scales = {name: group_quantize(x, flavor=name)[1].item() for name in ("aiter-hip", "aiter-fused")}
-    assert scales["aiter-hip"] == f32(f32(torch.tensor(1e-10, dtype=torch.float64)) * f32(torch.tensor(1 / 448.0))).item()
+    assert (
+        scales["aiter-hip"] == f32(f32(torch.tensor(1e-10, dtype=torch.float64)) * f32(torch.tensor(1 / 448.0))).item()
+    )
     assert scales["aiter-fused"] == f32(f32(torch.tensor(1e-10, dtype=torch.float64)) / 448.0).item()
     q, scale, _ = group_quantize(x, flavor="aiter-triton")
     assert scale.item() == 0.0 and E4M3FN.is_nan_bytes(q).all()
