@@ -19,6 +19,7 @@ import torch
 
 from .._checks import describe
 from ..gpu import aiter_triton
+from ..layouts import ScaleLayout
 from ._inputs import NormQuantArgs
 from .reference import OP, NormQuantResult, register_builtin_backend
 
@@ -79,7 +80,7 @@ def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
         args.fmt.dtype,
         args.residual,
         return_unquantized,
-        transpose_scale=args.scale_layout.name == "COL_MAJOR",
+        transpose_scale=args.scale_layout is ScaleLayout.COL_MAJOR,
     )
     return NormQuantResult(
         q_quant=args.quantized(q_fp8, scale, PRODUCER),
