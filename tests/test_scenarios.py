@@ -235,7 +235,7 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
         (
             "behaviour",
             {"v4_norm_quant_backend": "cuda"},
-            "'behaviour.v4_norm_quant_backend' must be one of auto, torch, triton, aiter, got 'cuda' (str)",
+            "'behaviour.v4_norm_quant_backend' must be one of auto, torch, triton, aiter, aiter-triton, got 'cuda' (str)",
         ),
         (
             "kernel_options",
