@@ -40,7 +40,8 @@ class StepRecord:
 
     ``rank`` is the rank for a per-rank record and None for the gathered (TP-independent) record.
     ``kernel`` names the GEMM kernel (or the producer/reader) that ran; ``input_layout``, ``scale_layout``
-    and ``weight_layout`` say in words which layouts it consumed.
+    and ``weight_layout`` say in words which layouts it consumed. ``replaced`` is True when a hook
+    replaced the output the step computed (activation patching, `mla_debug.parallel.Patch`).
     """
 
     name: str
@@ -55,6 +56,7 @@ class StepRecord:
     violations: list[ContractViolation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    replaced: bool = False
     _stats: StepStats | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -82,6 +84,8 @@ class StepRecord:
             parts.append(f"weight {self.weight_layout}")
         if self.stats:
             parts.append(f"amax {self.stats.amax:.3g}, nan {self.stats.nan}, inf {self.stats.inf}")
+        if self.replaced:
+            parts.append("output replaced by a hook")
         line = "; ".join(parts)
         if len(self.violations) == 1:
             line += f"; violation: {self.violations[0]}"
