@@ -15,7 +15,8 @@ import torch
 
 from ..model import Checkpoint, MLAConfig
 from ..model.preflight import check_layer_options
-from ..parallel import MLALayer, check_device
+from ..parallel import MLALayer, Patch, check_device
+from ..parallel.observe import RunDescription, announce, parts_of_one_result
 from ..scenarios import SCENARIOS, Scenario
 from ..scenarios import scenario as scenario_of
 from .bisection import Bisector, BisectStats, Culprit, CulpritGroup, KnownFix, Remedy, group_culprits, progress_bar
@@ -124,6 +125,15 @@ class Workbench:
             return layer.run(self.hidden, self.positions, mode), None
         traced = self.cache.run(scen, tp, mode, self.hidden, self.positions)
         return traced.run, traced.accessed
+
+    def patched_run(self, scen: Scenario | str, tp: int, mode: str, patch: Patch):
+        """The run of `scen` at (tp, mode) on the workbench's inputs with `patch` applied (activation
+        patching, `analysis.patching`); reuses loaded linears and the GEMM results up to the patch."""
+        scen = scenario_of(scen)
+        if self.cache is None:
+            layer = MLALayer(self.cfg, self.ckpt, tp, self.platform, scen, device=self.device)
+            return layer.run(self.hidden, self.positions, mode, patch=patch)
+        return self.cache.run(scen, tp, mode, self.hidden, self.positions, patch=patch).run
 
     def diff(self, scen: Scenario | str, tp: int, mode: str, factor: float = DIVERGENCE_FACTOR) -> RunDiff:
         return self.traced_diff(scen, tp, mode, factor)[0]
@@ -257,6 +267,19 @@ class TriageResult:
     bisection: BisectStats = field(default_factory=BisectStats)
 
     @property
+    def description(self) -> RunDescription:
+        """What was triaged (the TP sizes and modes as tuples); the runs ran in this process."""
+        return RunDescription(
+            model=self.model,
+            platform=self.platform,
+            scenario=self.scenario,
+            tp=tuple(self.tp_sizes),
+            mode=tuple(self.modes),
+            tokens=self.tokens,
+            executor="simulated",
+        )
+
+    @property
     def culprit_groups(self) -> list[CulpritGroup]:
         """Culprits grouped by `Culprit.group_key` (same step, layer, causes, remedies), in first-seen order:
         eight near-identical blocks for TP1..8 x prefill/decode become one per distinct story."""
@@ -345,7 +368,8 @@ def bisect(
     >>> culprit = md.bisect(md.Workbench("mini"), "vllm-pr51692", 4, "decode")
     >>> culprit.explanation, culprit.workarounds[0].setting, culprit.known_fix
     """
-    return Bisector(bench, scenario_of(scen), factor, progress).bisect(tp, mode, max_changes=max_changes)
+    with parts_of_one_result():  # its trial runs are not results of their own
+        return Bisector(bench, scenario_of(scen), factor, progress).bisect(tp, mode, max_changes=max_changes)
 
 
 def triage(
@@ -380,44 +404,50 @@ def triage(
     if bench is None:
         # Everything cheap first: a TP size that does not divide the heads must not wait for the weights.
         check_layer_options(model, checkpoint, tp_sizes=tp_sizes, tokens=tokens)
-        bench = Workbench(model, platform, 16 if tokens is None else tokens, seed, checkpoint, device=device)
     elif tokens is not None and tokens != bench.tokens:
         raise ValueError(f"tokens={tokens} differs from the workbench's {bench.tokens}; build another Workbench")
     elif device is not None and torch.device(device).type != bench.device.type:
         raise ValueError(f"device={device!r} differs from the workbench's {bench.device}; build another Workbench")
-    for tp in tp_sizes:
-        bench.cfg.check_tp(tp)
-    configs, traces = [], {}
-    with progress_bar(len(tp_sizes) * len(modes), progress, f"triage {bench.cfg.name} {scen.name}") as bar:
+    else:
         for tp in tp_sizes:
-            for mode in modes:
-                diff, accessed = bench.traced_diff(scen, tp, mode, factor)
-                configs.append(ConfigResult(tp, mode, diff))
-                traces[(tp, mode)] = accessed
-                bar.update()
-    culprits, unresolved = [], []
-    bisector = Bisector(bench, scen, factor, progress)
-    if find_culprits:
+            bench.cfg.check_tp(tp)
+    # The many runs below are parts of the one result; it announces itself to listeners (md.profile).
+    with parts_of_one_result():
+        if bench is None:
+            bench = Workbench(model, platform, 16 if tokens is None else tokens, seed, checkpoint, device=device)
+        configs, traces = [], {}
+        with progress_bar(len(tp_sizes) * len(modes), progress, f"triage {bench.cfg.name} {scen.name}") as bar:
+            for tp in tp_sizes:
+                for mode in modes:
+                    diff, accessed = bench.traced_diff(scen, tp, mode, factor)
+                    configs.append(ConfigResult(tp, mode, diff))
+                    traces[(tp, mode)] = accessed
+                    bar.update()
+        culprits, unresolved = [], []
+        bisector = Bisector(bench, scen, factor, progress)
         for c in configs:
-            if c.verdict == "diverged":
+            if c.verdict != "diverged":
+                continue
+            if find_culprits:
                 culprit = bisector.bisect(c.tp, c.mode, c.diff, traces[(c.tp, c.mode)])
                 if culprit:
                     culprits.append(culprit)
                 else:
                     unresolved.append((c.tp, c.mode))
-    return TriageResult(
-        model=bench.cfg.name,
-        platform=bench.platform.name,
-        scenario=scen.name,
-        tokens=bench.tokens,
-        seed=bench.seed,
-        tp_sizes=tuple(tp_sizes),
-        modes=tuple(modes),
-        configs=configs,
-        culprits=culprits,
-        elapsed_s=time.perf_counter() - start,
-        unresolved=unresolved,
-        device=bench.device.type,
-        provenance=collect(bench, scen, factor),
-        bisection=bisector.stats,
-    )
+        result = TriageResult(
+            model=bench.cfg.name,
+            platform=bench.platform.name,
+            scenario=scen.name,
+            tokens=bench.tokens,
+            seed=bench.seed,
+            tp_sizes=tuple(tp_sizes),
+            modes=tuple(modes),
+            configs=configs,
+            culprits=culprits,
+            elapsed_s=time.perf_counter() - start,
+            unresolved=unresolved,
+            device=bench.device.type,
+            provenance=collect(bench, scen, factor),
+            bisection=bisector.stats,
+        )
+    return announce(result)
