@@ -22,6 +22,7 @@ from ..scenarios import scenario as scenario_of
 from .bisection import Bisector, BisectStats, Culprit, CulpritGroup, KnownFix, Remedy, group_culprits, progress_bar
 from .diff import RunDiff, compare, diverges
 from .noise import DIVERGENCE_FACTOR, dense_twin, step_floor
+from .patching import PatchConfirmation, confirm_by_patching
 from .provenance import Provenance, collect
 from .reuse import LayerCache
 
@@ -33,6 +34,7 @@ __all__ = [
     "Culprit",
     "CulpritGroup",
     "KnownFix",
+    "PatchConfirmation",
     "Remedy",
     "TriageResult",
     "Workbench",
@@ -251,6 +253,11 @@ class ConfigResult:
 
 @dataclass
 class TriageResult:
+    """Every (TP size, mode) configuration's comparison with the reference, the culprits bisection
+    found, and for every diverged configuration the activation-patching check of its first divergent
+    step (`patching[(tp, mode)]`, a `PatchConfirmation`: does substituting the reference's output there
+    restore everything downstream, and if not, which further steps must be patched?)."""
+
     model: str
     platform: str
     scenario: str
@@ -265,6 +272,7 @@ class TriageResult:
     device: str = "cpu"
     provenance: Provenance | None = None
     bisection: BisectStats = field(default_factory=BisectStats)
+    patching: dict[tuple[int, str], PatchConfirmation] = field(default_factory=dict)
 
     @property
     def description(self) -> RunDescription:
@@ -372,6 +380,18 @@ def bisect(
         return Bisector(bench, scenario_of(scen), factor, progress).bisect(tp, mode, max_changes=max_changes)
 
 
+def _confirm(bench: Workbench, scen: Scenario, c: ConfigResult, factor: float, done: dict) -> PatchConfirmation:
+    """The patching confirmation of one diverged configuration, run right after its bisection (the
+    decoded weights of its TP size are still held). A mode that provably computes what an earlier
+    one did (`Workbench.twin_mode`: DeepSeek-V4's prefill and decode) takes that mode's confirmation."""
+    twin = bench.twin_mode(c.tp, c.mode)
+    if (c.tp, twin) in done and twin != c.mode:
+        programs = bench.cache.programs(scen, c.tp)
+        if programs[twin] == programs[c.mode]:
+            return done[(c.tp, twin)].in_mode(c.mode)
+    return confirm_by_patching(bench, scen, c.tp, c.mode, diff=c.diff, factor=factor)
+
+
 def triage(
     model: str | MLAConfig = "deepseek-v3",
     platform="mi355x",
@@ -386,15 +406,19 @@ def triage(
     factor: float = DIVERGENCE_FACTOR,
     progress: bool | None = None,
     device: str | None = None,
+    patching: bool = True,
 ) -> TriageResult:
     """Run the layer at every TP size and mode under `scenario`; see TriageResult.
 
     Pass a `Workbench` to reuse its checkpoint, inputs, truth and reference runs across scenarios
     (tokens default to 16 without one). Needs only the CPU; `device` ("cpu" or "cuda") defaults to the GPU
-    for an NVIDIA platform when one is visible (see `workbench_device`).
+    for an NVIDIA platform when one is visible (see `workbench_device`). With `patching` (the default)
+    every diverged configuration is run again with its first divergent step's output taken from the
+    reference, to confirm the fault is inside that step, and where it is not, with the steps that still
+    diverge patched too (`analysis.patching.confirm_by_patching`, `TriageResult.patching`).
 
     >>> result = md.triage("deepseek-v3", "mi355x", "vllm-pr51692", tp_sizes=(1, 2, 4, 8))
-    >>> result.summary; result.culprits[0].explanation
+    >>> result.summary; result.culprits[0].explanation; result.patching[(4, "decode")].verdict
     """
     start = time.perf_counter()
     scen = scenario_of(scenario)
@@ -423,7 +447,7 @@ def triage(
                     configs.append(ConfigResult(tp, mode, diff))
                     traces[(tp, mode)] = accessed
                     bar.update()
-        culprits, unresolved = [], []
+        culprits, unresolved, patched = [], [], {}
         bisector = Bisector(bench, scen, factor, progress)
         for c in configs:
             if c.verdict != "diverged":
@@ -434,6 +458,8 @@ def triage(
                     culprits.append(culprit)
                 else:
                     unresolved.append((c.tp, c.mode))
+            if patching:
+                patched[(c.tp, c.mode)] = _confirm(bench, scen, c, factor, patched)
         result = TriageResult(
             model=bench.cfg.name,
             platform=bench.platform.name,
@@ -449,5 +475,6 @@ def triage(
             device=bench.device.type,
             provenance=collect(bench, scen, factor),
             bisection=bisector.stats,
+            patching=patched,
         )
     return announce(result)

@@ -10,8 +10,8 @@ patch a TP-N run each rank gets back its share of the gathered output, the inver
 `parallel.gather.gather_step`:
 
 - CONCAT (column-parallel): the rank's slice along ``gather_dim`` (shards are equal and in rank order);
-- PARTIAL (row-parallel partial sums): rank 0 gets the whole value, every other rank zeros, so the
-  fp32 sum in rank order reproduces it exactly;
+- PARTIAL (row-parallel partial sums): rank 0 gets the whole value, every other rank (negative)
+  zeros, so the fp32 sum in rank order reproduces it bit for bit;
 - REPLICATED: the whole tensor on every rank.
 
     reference = md.run_layer(cfg, ckpt, hidden, positions, tp_size=4, mode="decode")
@@ -58,7 +58,9 @@ class ShardedReplacement:
                 "another model?"
             )
         if record.gather == PARTIAL and record.rank != 0:
-            return torch.zeros_like(full)
+            # Negative zeros: x + (-0.0) is x for every x, signed zeros included (+0.0 would turn a
+            # -0.0 of rank 0's value into +0.0), so the rank-order sum is the reference bit for bit.
+            return torch.full_like(full, -0.0)
         return full
 
     def __repr__(self) -> str:
