@@ -33,6 +33,8 @@ import torch.multiprocessing as mp
 
 from .._stdio import output_inherited_from, read_excerpt
 from .gather import sum_in_rank_order
+from .layer_run import events_of, kernels_of
+from .loop import run_steps
 
 # What multiprocessing raises in a spawned child that re-imports a script whose top level starts
 # processes (multiprocessing/spawn.py, _check_not_importing_main).
@@ -78,8 +80,6 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
             "nccl" if use_cuda else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=payload["timeout"])
         )
         from .build import LayerBuilder
-        from .layer_run import events_of, kernels_of
-        from .loop import run_steps
 
         observers = payload.get("observers", ())
         with contextlib.ExitStack() as around:

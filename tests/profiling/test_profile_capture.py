@@ -252,11 +252,6 @@ def test_a_distributed_run_in_a_with_block_writes_rank_traces_only(tiny, profile
     assert md.load_trace(session.folder).steps == V3_PREFILL_STEPS
 
 
-def test_run_layer_has_no_side_door_for_profiling(tiny):
-    with pytest.raises(TypeError, match="profile_dir"):
-        md.run_layer(*tiny, profile_dir="/tmp/nowhere")
-
-
 def test_import_does_not_load_pandas():
     code = "import sys, mla_debug as md; md.profile, md.load_trace; print('pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
