@@ -337,9 +337,7 @@ class LayerCache:
             layer.linears = _RecordingLinears(layer.linears, sink)
         records, per_rank, accessed = {}, {}, []
         device = self.ckpt.tensors[next(iter(self.ckpt.tensors))].device
-        steps = run_lockstep(
-            ranks, hidden.to(device), positions.to(device), mode, table, step_observers("simulated")
-        )
+        steps = run_lockstep(ranks, hidden.to(device), positions.to(device), mode, table, step_observers("simulated"))
         for name, step_records in steps:
             per_rank[name] = step_records
             records[name] = gather_step(step_records)

@@ -51,15 +51,24 @@ def test_the_relaid_kv_b_proj_is_read_by_both_absorbed_steps(kv512_bench):
     assert attention.threshold == max(A.DIVERGENCE_FACTOR * attention.floor, A.MIN_THRESHOLD)
     assert confirmation.restoring_steps == ("absorb_uk", "absorb_uv")
     last = confirmation.attempts[-1]
-    assert last.restored and last.output_restored and [s.name for s in last.downstream] == ["attention", "o_proj", "all_reduce"]
+    assert (
+        last.restored
+        and last.output_restored
+        and [s.name for s in last.downstream] == ["attention", "o_proj", "all_reduce"]
+    )
     assert confirmation.verdict is PatchVerdict.NOT_RESTORED  # the verdict on the first divergent step alone
 
 
 def test_a_fault_inside_the_first_divergent_step_is_restored_by_patching_it(v4_bench):
     """A fused producer writing COL_MAJOR scales that wq_b reads as ROW_MAJOR (nobody asks the
     consumers): wq_b is wrong, and everything after it only inherits the damage."""
-    scen = md.scenario({"name": "transposed-q-scales", "base": "vllm-pr56433",
-                        "behaviour": {"v4_ask_consumers": False, "v4_fused_transpose_scale": True}})
+    scen = md.scenario(
+        {
+            "name": "transposed-q-scales",
+            "base": "vllm-pr56433",
+            "behaviour": {"v4_ask_consumers": False, "v4_fused_transpose_scale": True},
+        }
+    )
     result = A.patch_steps(v4_bench, scen, 1, "prefill")
     assert result.steps == ("wq_b",) and result.verdict is PatchVerdict.RESTORED
     assert [s.name for s in result.downstream] == V4_STEPS_AFTER_WQ_B

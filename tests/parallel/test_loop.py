@@ -58,7 +58,9 @@ class Recorder:
 
 
 @pytest.mark.parametrize("mode", ["prefill", "decode"])
-@pytest.mark.parametrize("model,scenario", [("tiny", "vllm-pr51692"), ("tiny-v4", "reference"), ("tiny-v4", "vllm-pr56433")])
+@pytest.mark.parametrize(
+    "model,scenario", [("tiny", "vllm-pr51692"), ("tiny-v4", "reference"), ("tiny-v4", "vllm-pr56433")]
+)
 def test_hooks_see_every_step_in_order_and_each_slot_holds_its_output(model, scenario, mode):
     cfg = md.MLAConfig.preset(model)
     layer = md.MLALayer(cfg, md.Checkpoint.synthetic(cfg, seed=0), tp_size=2, platform="mi355x", scenario=scenario)
@@ -110,10 +112,16 @@ def test_several_hooks_run_in_order_each_seeing_the_last_replacement(layer, tiny
 
 def test_bad_replacements_name_the_step_and_both_shapes(layer, tiny):
     _, _, hidden, positions = tiny
-    with pytest.raises(ValueError, match=r"step q_b_proj on rank 0: a replacement must have the step's output shape "
-                       r"\(8, 1536\) and dtype torch.bfloat16, got shape \(8, 3\) and dtype torch.bfloat16"):
+    with pytest.raises(
+        ValueError,
+        match=r"step q_b_proj on rank 0: a replacement must have the step's output shape "
+        r"\(8, 1536\) and dtype torch.bfloat16, got shape \(8, 3\) and dtype torch.bfloat16",
+    ):
         layer.run(hidden, positions, hooks={"q_b_proj": lambda r, s: torch.zeros(8, 3, dtype=torch.bfloat16)})
-    with pytest.raises(ValueError, match=r"step rope on rank 0: .* dtype torch.bfloat16, got shape \(8, 8, 192\) and dtype torch.float32"):
+    with pytest.raises(
+        ValueError,
+        match=r"step rope on rank 0: .* dtype torch.bfloat16, got shape \(8, 8, 192\) and dtype torch.float32",
+    ):
         layer.run(hidden, positions, hooks={"rope": lambda r, s: r.output.float()})
     with pytest.raises(TypeError, match="step attention on rank 0: a hook returned list"):
         layer.run(hidden, positions, hooks={"attention": lambda r, s: [1.0]})
@@ -132,7 +140,9 @@ def test_the_fused_v4_producer_cannot_be_replaced():
     with pytest.raises(StepNotReplaceable, match="step q_norm on rank 0: .*read its FP8 data and scales"):
         layer.run(hidden, torch.arange(4), hooks={"q_norm": lambda r, s: r.output})
     # Observing it is fine; so is replacing indexer_q, whose output no later step reads.
-    run = layer.run(hidden, torch.arange(4), hooks={"q_norm": lambda r, s: None, "indexer_q": lambda r, s: r.output * 0})
+    run = layer.run(
+        hidden, torch.arange(4), hooks={"q_norm": lambda r, s: None, "indexer_q": lambda r, s: r.output * 0}
+    )
     assert run.records["indexer_q"].output.abs().max() == 0 and not run.records["q_norm"].replaced
 
 
@@ -158,7 +168,9 @@ def test_a_tp1_reference_patched_into_tp2_lands_on_each_rank(tiny):
         assert same_bits(tp2.records[name].output, tp1.records[name].output), name
     share = tp1.records["q_b_proj"].output.shape[1] // 2
     for rank, record in enumerate(tp2.per_rank["q_b_proj"]):
-        assert same_bits(record.output, tp1.records["q_b_proj"].output[:, rank * share : (rank + 1) * share].contiguous())
+        assert same_bits(
+            record.output, tp1.records["q_b_proj"].output[:, rank * share : (rank + 1) * share].contiguous()
+        )
     rank1 = tp2.per_rank["o_proj"][1].output
     assert (rank1 == 0).all() and torch.signbit(rank1).all()
     # The rank-order sum of (whole value, zeros) is the TP1 layer output bit for bit.
@@ -168,8 +180,11 @@ def test_a_tp1_reference_patched_into_tp2_lands_on_each_rank(tiny):
 def test_a_patch_from_another_input_is_refused_with_both_shapes(layer, tiny):
     cfg, ckpt, hidden, positions = tiny
     other = md.run_layer(cfg, ckpt, hidden[:4], positions[:4], tp_size=1)
-    with pytest.raises(ValueError, match=r"patch of step q_b_proj: the reference output has shape \(4, 3072\), but a "
-                       r"TP2 run's gathered output is \(8, 3072\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"patch of step q_b_proj: the reference output has shape \(4, 3072\), but a "
+        r"TP2 run's gathered output is \(8, 3072\)",
+    ):
         layer.run(hidden, positions, patch=md.Patch(other, "q_b_proj"))
     with pytest.raises(ValueError, match=r"Patch: the reference run .* has no step \['absorb_uk'\]"):
         md.Patch(other, ["absorb_uk"])

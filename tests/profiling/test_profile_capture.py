@@ -213,7 +213,12 @@ def test_metadata_is_what_the_runs_inside_report(tiny, profiles):
         md.run_layer(cfg, ckpt, hidden[:4], positions[:4], tp_size=2, mode="decode")
     meta = session.metadata
     # Keys on which the runs agree keep one value; keys where they differ list the values in run order.
-    assert (meta["model"], meta["platform"], meta["scenario"], meta["executor"]) == ("tiny", "cpu", "reference", "simulated")
+    assert (meta["model"], meta["platform"], meta["scenario"], meta["executor"]) == (
+        "tiny",
+        "cpu",
+        "reference",
+        "simulated",
+    )
     assert (meta["tp"], meta["tokens"], meta["function"]) == ([1, 2], [TOKENS, 4], None)
     assert meta["mode"] == "as the user says"  # what the caller gives wins over what the runs report
     assert [run.tp for run in session.runs] == [1, 2]
