@@ -20,7 +20,6 @@ from mla_debug.cli import build_parser, main
 from mla_debug.cli.main import _error_text
 from mla_debug.cli.triage import render
 from mla_debug.model import PRESETS
-from mla_debug.model.checkpoint import hf_config
 
 
 def test_kernel_demo_reproduces_the_three_bugs(capsys):
@@ -214,7 +213,7 @@ def test_triage_checks_tp_against_a_checkpoint_config_before_reading_tensors(no_
     # config.json alone: the tensors are never reached, so a folder without them shows the order.
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(hf_config(MLAConfig.preset("deepseek-v3"))))
+    (folder / "config.json").write_text(json.dumps(MLAConfig.preset("deepseek-v3").to_hf()))
     assert main(["triage", "--checkpoint", str(folder), "--tp", "2", "3"]) == 2
     assert capsys.readouterr().err == "mla-debug triage: error: ckpt: tp_size=3 does not divide num_heads=128\n"
     assert main(["triage", "--checkpoint", str(tmp_path / "none")]) == 2
