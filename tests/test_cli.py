@@ -45,6 +45,27 @@ def test_kernels_lists_every_kernel_with_its_flags(capsys):
     assert bpre.split()[1:3] == ["yes", "yes"]
 
 
+def test_kernels_lists_the_norm_quant_backends_per_device(capsys, monkeypatch):
+    from mla_debug.normquant import NORM_QUANT_BACKENDS, register_backend, unregister_backend
+    from mla_debug.normquant.reference import _torch_backend
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # Triton's interpreter serves CPU tensors only when named
+    register_backend("cpu-only", _torch_backend, lambda d: None if d.type == "cpu" else "CPU only", description="x")
+    try:
+        assert main(["kernels"]) == 0
+    finally:
+        unregister_backend("cpu-only")
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("norm+quant backend  ")))
+    rows = {tuple(line.split()[:3]) for line in lines[start + 1 :] if not line.startswith("'auto'")}
+    # Every registered backend has a row for the CPU: a registered one shows up without being named.
+    assert {(name, "cpu") for name in [*NORM_QUANT_BACKENDS.names(), "cpu-only"]} <= {row[:2] for row in rows}
+    assert ("torch", "cpu", "yes") in rows and ("cpu-only", "cpu", "yes") in rows
+    triton = next(row for row in rows if row[:2] == ("triton", "cpu"))
+    assert triton[2] in ("by", "no")  # "by name" under the interpreter where Triton is installed
+    assert lines[-1].startswith("'auto' picks torch for cpu tensors")
+
+
 def test_select_explains_the_choice(capsys):
     assert main(["select", "3072x1536", "24576x1536", "--platform", "mi355x", "--layer", "q_b_proj", "--emulated"]) == 0
     out = capsys.readouterr().out
