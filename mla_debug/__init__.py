@@ -8,6 +8,7 @@ Plotting and notebook helpers import lazily so ``import mla_debug`` works on a b
 
 from __future__ import annotations
 
+from ._version import __version__
 from .analysis import RunDiff, TriageResult, Workbench, bisect, compare, load_triage, triage
 from .kernels import (
     BlockScaledLinear,
@@ -60,8 +61,6 @@ from .numerics import (
 from .parallel import LayerRun, MLALayer, run_layer
 from .profiling import Trace, compare_traces, load_trace, profile
 from .scenarios import SCENARIOS, Scenario, scenario, scenario_names
-
-__version__ = "0.1.0"
 
 __all__ = [
     "E4M3FN",

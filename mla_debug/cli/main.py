@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._version import version
 from . import checkpoint, demo, kernel_demo, kernels, layouts, profile, triage
-from .common import version
 
 
 def build_parser() -> argparse.ArgumentParser:
