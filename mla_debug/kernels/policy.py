@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..implementations import Check
 from ..numerics import Fp8Format
 from .base import GemmProblem, Kernel, get_kernel, kernel_class
 from .platforms import Platform, platform
@@ -96,11 +97,11 @@ class KernelPolicy:
     ) -> tuple[Kernel, str]:
         """The kernel for one linear (per-rank shape N x K) and why, in words."""
         plat = platform(plat)
-        problem = GemmProblem(layer=layer, n=n, k=k, fmt=fmt or plat.fp8, tuned=self.tuned, m=m)
+        problem = GemmProblem(layer=layer, n=n, k=k, fmt=fmt or plat.fp8, platform=plat, tuned=self.tuned, m=m)
         shape = f"{layer} (N={n}, K={k}) on {plat.name}"
         if layer in self.overrides:
             kernel = self.kernel(self.overrides[layer])
-            ok, why = self._check(kernel, problem, plat)
+            ok, why = self._check(kernel, problem)
             if not ok:
                 raise ValueError(f"{shape}: the override to {kernel.name} cannot be honoured: {why}")
             return kernel, f"{kernel.name}: per-layer override ({why})"
@@ -110,7 +111,7 @@ class KernelPolicy:
                 skipped.append(f"{name} disabled")
                 continue
             kernel = self.kernel(name)
-            ok, why = self._check(kernel, problem, plat)
+            ok, why = self._check(kernel, problem)
             if ok:
                 passed = f"; skipped {', '.join(skipped)}" if skipped else ""
                 return kernel, f"{kernel.name}: {why}{passed}"
@@ -118,11 +119,11 @@ class KernelPolicy:
         raise ValueError(f"{shape}: no kernel in the priority list can implement it: {'; '.join(skipped)}")
 
     @staticmethod
-    def _check(kernel: Kernel, problem: GemmProblem, plat: Platform) -> tuple[bool, str]:
-        available, why = kernel.availability()
-        if not available:
-            return False, why
-        return kernel.can_implement(problem, plat)
+    def _check(kernel: Kernel, problem: GemmProblem) -> Check:
+        available = kernel.availability()
+        if not available.ok:
+            return available
+        return kernel.can_implement(problem)
 
 
 def parse_disabled(spec: str | Iterable[str] | Mapping | None) -> list[str]:
