@@ -3,6 +3,7 @@
 from . import aiter_emulated, aiter_native, cublas, reference, triton_kernels  # noqa: F401  (register the kernels)
 from .base import Contract, GemmCall, GemmProblem, Kernel, get_kernel, kernel_class, kernel_names, register_kernel
 from .block_gemm import ACCUMULATIONS
+from .choice import KernelChoice, SkippedKernel
 from .linear import BlockScaledLinear
 from .platforms import PLATFORMS, Platform, detect_platform, platform, platform_names
 from .policy import KernelPolicy, parse_disabled
@@ -19,8 +20,10 @@ __all__ = [
     "GemmCall",
     "GemmProblem",
     "Kernel",
+    "KernelChoice",
     "KernelPolicy",
     "Platform",
+    "SkippedKernel",
     "TunedRow",
     "TunedTable",
     "apply_pre_quantized_block_scaled_mm",
