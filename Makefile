@@ -19,7 +19,7 @@ TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH_SPEC)' | tr -c 'A-Za-
 .PHONY: demo test lab lint clean
 
 demo: $(VENV)/.deps-base
-	$(PY) -m mla_debug.demo
+	$(PY) -m mla_debug.cli.demo
 
 test: $(VENV)/.deps-dev
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests notebooks --nbmake

@@ -10,6 +10,7 @@ imports viz): ``md.write_html(result, "triage.html")`` or ``md.write_html(md.loa
 
 from __future__ import annotations
 
+from ._version import __version__
 from .analysis import RunDiff, TriageReport, TriageResult, Workbench, bisect, compare, load_triage, triage
 from .kernels import (
     BlockScaledLinear,
@@ -63,8 +64,6 @@ from .parallel import LayerRun, MLALayer, run_layer
 from .profiling import Trace, compare_traces, load_trace, profile
 from .scenarios import SCENARIOS, Scenario, scenario, scenario_names
 from .viz import write_html
-
-__version__ = "0.1.0"
 
 __all__ = [
     "E4M3FN",

@@ -16,8 +16,9 @@ from rich.console import Console
 
 import mla_debug as md
 from mla_debug import Checkpoint, MLAConfig, TunedTable, platform_names, scenario_names
-from mla_debug.cli import _error_text, build_parser, main
-from mla_debug.cli_triage import render
+from mla_debug.cli import build_parser, main
+from mla_debug.cli.main import _error_text
+from mla_debug.cli.triage import render
 from mla_debug.model import PRESETS
 from mla_debug.model.checkpoint import hf_config
 
@@ -71,10 +72,10 @@ def test_module_entry_point_runs():
 def test_demo_triages_and_writes_reports_to_a_fresh_folder(tmp_path, capsys):
     """`make demo` on a smaller model: mini has DeepSeek-V3's head structure, so kv_b_proj is
     preshuffled exactly from TP4 on and only decode at TP4 breaks under vLLM PR #51692."""
-    from mla_debug.demo import main as demo_main
+    from mla_debug.cli.demo import main as demo_main
 
     args = ["--model", "mini", "--tp", "2", "4", "--tokens", "8", "--out", str(tmp_path)]
-    assert main(["demo", *args]) == 0  # the subcommand takes the options of python -m mla_debug.demo
+    assert main(["demo", *args]) == 0  # the subcommand takes the options of python -m mla_debug.cli.demo
     printed = capsys.readouterr().out
     out = " ".join(printed.split())  # rich wraps long lines to the terminal width
     assert "kv_b_proj at TP4: aiter-bpreshuffle re-laid out the weight that absorbed decode" in out
@@ -244,7 +245,7 @@ def test_triage_names_a_truncated_checkpoint_file(tmp_path, capsys, index):
     ],
 )
 def test_demo_rejects_bad_options_before_building_weights(no_weights, tmp_path, capsys, argv, message):
-    from mla_debug.demo import main as demo_main
+    from mla_debug.cli.demo import main as demo_main
 
     assert main(["demo", *argv, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -328,7 +329,7 @@ def test_triage_help_lists_the_presets_platforms_and_scenarios(capsys):
 
 
 def test_demo_subcommand_and_module_list_the_same_options(capsys):
-    from mla_debug.demo import main as demo_main
+    from mla_debug.cli.demo import main as demo_main
 
     for entry in (lambda: main(["demo", "--help"]), lambda: demo_main(["--help"])):
         with pytest.raises(SystemExit):

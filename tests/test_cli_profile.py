@@ -18,7 +18,7 @@ import pytest
 
 import mla_debug as md
 from mla_debug.cli import main
-from mla_debug.cli_profile import INSTALL_HINT
+from mla_debug.cli.profile import INSTALL_HINT
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = ["profile", "--model", "tiny", "--platform", "mi355x", "--scenario", "vllm-pr51692", "--tp", "2"]

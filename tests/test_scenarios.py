@@ -12,7 +12,7 @@ import torch
 import yaml
 
 import mla_debug as md
-from mla_debug.model.behaviour import ModelBehaviour
+from mla_debug.scenarios import ModelBehaviour
 
 BUILTIN = ["reference", "vllm-baseline", "vllm-pr51692", "vllm-pr56433", "nvidia-cublas"]
 EMBEDDED = md.TunedTable.embedded()

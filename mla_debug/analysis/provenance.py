@@ -71,7 +71,7 @@ def collect(bench, scen, factor: float) -> Provenance:
     """The provenance of a triage of `scen` on the Workbench `bench` with divergence factor `factor`."""
     import torch
 
-    from .. import __version__
+    from .._version import __version__
     from .noise import MIN_THRESHOLD
 
     if bench.checkpoint_source is None:

@@ -31,7 +31,6 @@ import torch
 
 from ..kernels import KernelChoice, KernelPolicy, TunedTable
 from ..model.attention_v4 import MODEL_SHUFFLED
-from ..model.behaviour import ModelBehaviour
 from ..model.linear import DenseLinear, QuantizedLinear
 from ..model.records import StepRecord
 from ..numerics import E4M3FN, E4M3FNUZ
@@ -42,6 +41,7 @@ from ..parallel.run import MODES, check_inputs
 from ..parallel.sharding import REPLICATED, full_weight, linear_specs, shard
 from ..parallel.simulated import run_lockstep
 from ..scenarios import Scenario
+from ..scenarios.behaviour import ModelBehaviour
 
 # Results kept per linear: a bisection feeds each linear a few dozen distinct inputs at most; the cap
 # only bounds memory on very long searches (an evicted result is recomputed, never wrong).

@@ -4,7 +4,7 @@ A TP triage of DeepSeek-V3 (real dimensions, synthetic weights) on an MI355X und
 under its fix PR #56433: which TP sizes and modes diverge, at which step, why, and which change restores
 them. The HTML and JSON reports go to a fresh folder under ./reports, named at the end.
 
-`mla-debug demo` and `python -m mla_debug.demo` are the same command with the same options.
+`mla-debug demo` and `python -m mla_debug.cli.demo` are the same command with the same options.
 """
 
 from __future__ import annotations
@@ -22,29 +22,24 @@ DESCRIPTION = (
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The demo's options, defined once for `mla-debug demo` and `python -m mla_debug.demo`."""
-    from .kernels import platform_names
-    from .model import PRESETS
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "demo",
+        help="the main job on defaults: TP triage of DeepSeek-V3 on MI355X (see make demo)",
+        description=DESCRIPTION,
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
 
-    parser.add_argument(
-        "--model",
-        default="deepseek-v3",
-        metavar="PRESET",
-        help=f"model preset: {', '.join(PRESETS)} (default: deepseek-v3)",
-    )
-    parser.add_argument(
-        "--platform",
-        default="mi355x",
-        metavar="NAME",
-        help=f"platform preset: {', '.join(platform_names())} (default: mi355x)",
-    )
-    parser.add_argument(
-        "--tokens", type=int, default=16, metavar="N", help="tokens in the layer's input, >= 1 (default: 16)"
-    )
-    parser.add_argument(
-        "--tp", nargs="+", type=int, default=[1, 2, 4, 8], metavar="N", help="TP sizes (default: 1 2 4 8)"
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options, defined once for `mla-debug demo` and `python -m mla_debug.cli.demo`."""
+    from .args import add_model, add_platform, add_tokens, add_tp
+
+    add_model(parser, "deepseek-v3")
+    add_platform(parser)
+    add_tokens(parser)
+    add_tp(parser, [1, 2, 4, 8])
     parser.add_argument(
         "--out",
         default="reports",
@@ -57,13 +52,13 @@ def run(args: argparse.Namespace) -> int:
     """The demo on parsed options; every option is checked before the weights are built."""
     from rich.console import Console
 
-    from ._files import fresh_folder
-    from .analysis import Workbench, triage, write_json
-    from .cli_common import check_output_folder
-    from .cli_triage import render
-    from .kernels import platform as platform_of
-    from .model.preflight import check_layer_options
-    from .viz import write_html
+    from .._files import fresh_folder
+    from ..analysis import Workbench, triage, write_json
+    from ..kernels import platform as platform_of
+    from ..model.preflight import check_layer_options
+    from ..viz import write_html
+    from .common import check_output_folder
+    from .triage import render
 
     plat = platform_of(args.platform)
     check_layer_options(args.model, tp_sizes=args.tp, tokens=args.tokens)
@@ -92,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mla_debug.demo [options]`: the same command as `mla-debug demo`, errors included."""
-    from .cli import main as cli_main
+    """`python -m mla_debug.cli.demo [options]`: the same command as `mla-debug demo`, errors included."""
+    from .main import main as cli_main
 
     return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
 

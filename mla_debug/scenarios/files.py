@@ -33,9 +33,9 @@ from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .kernels import Kernel, TunedTable, kernel_class, parse_disabled
-from .model.behaviour import ModelBehaviour
-from .numerics import quant_flavor
+from ..kernels import Kernel, TunedTable, kernel_class, parse_disabled
+from ..numerics import quant_flavor
+from .behaviour import ModelBehaviour
 
 NORM_QUANT_BACKENDS = ("auto", "torch", "triton", "aiter")
 

@@ -31,37 +31,22 @@ def add_parser(sub) -> None:
         description="Run one attention layer under torch.profiler (after warm-up runs) and write its trace "
         "to a fresh folder; print the time, ops and kernels of every step.",
     )
-    from .kernels import platform_names
-    from .model import PRESETS
-    from .scenarios import scenario_names
+    from .args import MODES, add_device, add_model, add_platform, add_scenario, add_seed, add_tokens, add_tp
 
-    profile.add_argument(
-        "--model", default="tiny", metavar="PRESET", help=f"model preset: {', '.join(PRESETS)} (default: tiny)"
-    )
-    profile.add_argument(
-        "--platform",
-        default="mi355x",
-        metavar="NAME",
-        help=f"platform preset: {', '.join(platform_names())} (default: mi355x)",
-    )
-    profile.add_argument(
-        "--scenario",
-        default="vllm-pr51692",
-        metavar="NAME_OR_FILE",
-        help=f"built-in scenario ({', '.join(scenario_names())}) or a .yml/.yaml/.json scenario file "
-        "(default: vllm-pr51692)",
-    )
-    profile.add_argument("--tp", type=int, default=1, metavar="N", help="TP size (default: 1)")
-    profile.add_argument("--mode", default="prefill", choices=["prefill", "decode"], help="default: prefill")
-    profile.add_argument("--tokens", type=int, default=16, metavar="N", help="tokens in the input, >= 1 (default: 16)")
-    profile.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and input (default: 0)")
+    add_model(profile, "tiny")
+    add_platform(profile)
+    add_scenario(profile)
+    add_tp(profile, 1)
+    profile.add_argument("--mode", default="prefill", choices=MODES, help="default: prefill")
+    add_tokens(profile)
+    add_seed(profile)
     profile.add_argument(
         "--executor",
         default="simulated",
         choices=["simulated", "distributed"],
         help="simulated: every rank in this process; distributed: one process per rank (torch.distributed)",
     )
-    profile.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to run (default: cpu)")
+    add_device(profile, "cpu")
     profile.add_argument("--warmup", type=int, default=1, help="unprofiled runs first, so one-time work is left out")
     profile.add_argument(
         "--out", default="profiles", metavar="DIR", help="parent folder of the run's fresh trace folder"
@@ -160,13 +145,13 @@ def step_table(trace, title: str) -> Table:
 def run_profile(args: argparse.Namespace) -> int:
     import torch
 
-    from .cli_common import check_output_folder
-    from .kernels import platform as platform_of
-    from .model import Checkpoint
-    from .model.preflight import check_layer_options
-    from .parallel import check_device, run_layer
-    from .profiling import profile
-    from .scenarios import scenario as scenario_of
+    from ..kernels import platform as platform_of
+    from ..model import Checkpoint
+    from ..model.preflight import check_layer_options
+    from ..parallel import check_device, run_layer
+    from ..profiling import profile
+    from ..scenarios import scenario as scenario_of
+    from .common import check_output_folder
 
     # Everything checked before the checkpoint is built, naming the rule broken.
     if args.warmup < 0:
@@ -228,10 +213,10 @@ def _change(a: Any, b: Any) -> str:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from .profiling import compare_traces, load_trace
-    from .profiling.diff import WORKLOAD_FIELDS
-    from .viz.timeline import short_name
-    from .viz.trace_tables import time_change
+    from ..profiling import compare_traces, load_trace
+    from ..profiling.diff import WORKLOAD_FIELDS
+    from ..viz.timeline import short_name
+    from ..viz.trace_tables import time_change
 
     if args.top < 1:
         raise ValueError(f"top={args.top} must be >= 1")

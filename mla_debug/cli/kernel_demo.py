@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from . import (
+from .. import (
     BlockScaledLinear,
     KernelPolicy,
     ScaleLayout,
@@ -33,7 +33,7 @@ from . import (
     quantize_blocks,
     quantize_groups,
 )
-from .layouts import weight_read_violation
+from ..layouts import weight_read_violation
 
 # Per-rank shapes of DeepSeek-V3 at TP8 (weight is (N, K) = (out, in)).
 Q_B_PROJ_TP8 = (3072, 1536)  # 24576 / 8 rows of 16 heads x (128 + 64)
@@ -139,6 +139,11 @@ DESCRIPTION = (
 )
 
 
+def add_parser(sub) -> None:
+    parser = sub.add_parser("kernel-demo", help="the silent layout bugs, one GEMM at a time", description=DESCRIPTION)
+    parser.set_defaults(func=run)
+
+
 def run(args: argparse.Namespace | None = None) -> int:
     """The three stories (the command has no options)."""
     start = time.perf_counter()
@@ -156,8 +161,8 @@ def run(args: argparse.Namespace | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mla_debug.kernel_demo`: the same command as `mla-debug kernel-demo`."""
-    from .cli import main as cli_main
+    """`python -m mla_debug.cli.kernel_demo`: the same command as `mla-debug kernel-demo`."""
+    from .main import main as cli_main
 
     return cli_main(["kernel-demo", *(sys.argv[1:] if argv is None else argv)])
 

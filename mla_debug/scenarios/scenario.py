@@ -1,20 +1,5 @@
-"""Named serving behaviours: a kernel policy recipe plus model-side behaviours, as data.
-
-| name          | what it models |
-|---------------|----------------|
-| reference     | torch-reference kernel everywhere, correct layouts, unfused V4 norm: the yardstick |
-| vllm-baseline | vLLM on ROCm before PR #51692: AiterFp8BlockScaledMM first; V4 fused norm+quant (ROW_MAJOR) and the V4 model's own preshuffle with direct bpreshuffle calls |
-| vllm-pr51692  | the preshuffled kernel first (chosen per rank shape through the tuned table), flags ignored: the four defects of SEMANTICS 6; fixed by vllm-pr56433 |
-| vllm-pr56433  | the fix: flags honoured, consumers asked for their scale order, model skips its shuffle when the kernel preshuffled |
-| nvidia-cublas | NVIDIA: cuBLAS blockwise scaled_mm (strict stride contract), reference where it cannot run |
-
-User-defined scenarios are data too: `Scenario.from_dict`, `Scenario.from_file` (YAML or JSON; the keys
-are described in `mla_debug.scenario_files`) and `scenario(spec)`, which takes a built-in name, a
-Scenario, a dict or a path to such a file::
-
-    md.scenario("my-scenarios/ignore-flags.yaml")
-    md.scenario({"name": "no-preshuffle", "base": "vllm-pr51692", "disabled": ["aiter-bpreshuffle"]})
-"""
+"""The Scenario type: a named serving behaviour - a kernel policy recipe plus model-side behaviours - as
+data. The built-in ones are in `builtin.py`; scenario files (YAML/JSON) are parsed by `files.py`."""
 
 from __future__ import annotations
 
@@ -24,9 +9,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .kernels import KernelPolicy, Platform, TunedTable, platform
-from .model.behaviour import ModelBehaviour
-from .scenario_files import is_scenario_file_name, parse_scenario, read_scenario_file
+from ..kernels import KernelPolicy, Platform, TunedTable, platform
+from .behaviour import ModelBehaviour
+from .files import parse_scenario, read_scenario_file
 
 
 @dataclass(frozen=True)
@@ -69,7 +54,7 @@ class Scenario:
         >>> Scenario.from_dict({"name": "no-flags", "base": "vllm-pr56433",
         ...                     "kernel_options": {"aiter-bpreshuffle": {"honour_layer_flags": False}}})
         """
-        return cls(**parse_scenario(cls, data, name, SCENARIOS, source=source, relative_to=relative_to))
+        return cls(**parse_scenario(cls, data, name, builtin_scenarios(), source=source, relative_to=relative_to))
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Scenario:
@@ -122,66 +107,8 @@ class Scenario:
         return KernelPolicy.for_platform(plat, preshuffled_first=self.preshuffled_first, native=False, **common)
 
 
-_V4_ROCM = dict(v4_fused_norm_quant=True, v4_fused_transpose_scale=False, v4_model_preshuffle=True)
+def builtin_scenarios() -> dict[str, Scenario]:
+    """The built-in scenarios, usable as a scenario file's ``base`` (imported late: they are Scenarios)."""
+    from .builtin import SCENARIOS
 
-SCENARIOS: dict[str, Scenario] = {
-    s.name: s
-    for s in (
-        Scenario("reference", "torch-reference everywhere, correct layouts", priority=("torch-reference",)),
-        Scenario(
-            "vllm-baseline",
-            "vLLM on ROCm before PR #51692 (AiterFp8BlockScaledMM first)",
-            preshuffled_first=False,
-            behaviour=ModelBehaviour(**_V4_ROCM),
-            upstream="vLLM before PR #51692",
-        ),
-        Scenario(
-            "vllm-pr51692",
-            "vLLM PR #51692: preshuffled aiter GEMM first, layer flags ignored",
-            kernel_options={"aiter-bpreshuffle": {"honour_layer_flags": False}},
-            behaviour=ModelBehaviour(**_V4_ROCM),
-            upstream="vLLM PR #51692",
-            # SEMANTICS 6: PR #56433 fixes the four defects of PR #51692.
-            fixed_by="vllm-pr56433",
-        ),
-        Scenario(
-            "vllm-pr56433",
-            "vLLM PR #56433: flags honoured, consumers asked, no model-side double shuffle",
-            kernel_options={"aiter-bpreshuffle": {"honour_layer_flags": True}},
-            behaviour=ModelBehaviour(**_V4_ROCM, v4_ask_consumers=True, skip_model_shuffle_if_kernel_preshuffles=True),
-            upstream="vLLM PR #56433",
-        ),
-        Scenario(
-            "nvidia-cublas", "NVIDIA: cuBLAS blockwise scaled_mm", priority=("cublas-blockwise", "torch-reference")
-        ),
-    )
-}
-
-
-def scenario_names() -> list[str]:
-    """The names of the built-in scenarios."""
-    return list(SCENARIOS)
-
-
-def scenario(spec: str | os.PathLike | Mapping[str, Any] | Scenario) -> Scenario:
-    """A built-in scenario by name, a Scenario passed through, a dict (`Scenario.from_dict`) or a
-    .yml/.yaml/.json file (`Scenario.from_file`); an unknown name's error lists the built-in names.
-
-    >>> md.scenario("vllm-pr51692"), md.scenario("my-scenario.yaml")
-    """
-    if isinstance(spec, Scenario):
-        return spec
-    if isinstance(spec, Mapping):
-        return Scenario.from_dict(spec)
-    if isinstance(spec, os.PathLike):
-        return Scenario.from_file(spec)
-    if not isinstance(spec, str):
-        raise TypeError(
-            f"scenario: expected a name, a Scenario, a dict or a path to a .yml/.yaml/.json file, "
-            f"got {type(spec).__name__}"
-        )
-    if spec in SCENARIOS:
-        return SCENARIOS[spec]
-    if is_scenario_file_name(spec):
-        return Scenario.from_file(spec)  # FileNotFoundError names the path when it is missing
-    raise ValueError(f"unknown scenario {spec!r}; valid: {', '.join(SCENARIOS)} (or a .yml/.yaml/.json scenario file)")
+    return SCENARIOS

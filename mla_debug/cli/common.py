@@ -6,20 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def version() -> str:
-    """The installed distribution's version (pyproject.toml's), else the package's own for a source tree
-    run without installing."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version("mla-debug")
-    except PackageNotFoundError:
-        from . import __version__
-
-        return __version__
-
-
 def _first_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent

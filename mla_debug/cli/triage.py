@@ -12,9 +12,17 @@ from rich.table import Table
 
 
 def add_parser(sub) -> None:
-    from .kernels import platform_names
-    from .model import PRESETS
-    from .scenarios import scenario_names
+    from .args import (
+        MODES,
+        add_checkpoint,
+        add_device,
+        add_model,
+        add_platform,
+        add_scenario,
+        add_seed,
+        add_tokens,
+        add_tp,
+    )
 
     parser = sub.add_parser(
         "triage",
@@ -23,46 +31,20 @@ def add_parser(sub) -> None:
         "with the reference run, and name the smallest change that restores each diverged configuration. "
         "Options are checked before any weight is built or read.",
     )
-    parser.add_argument(
-        "--model",
-        default="deepseek-v3",
-        metavar="PRESET",
-        help=f"model preset: {', '.join(PRESETS)} (default: deepseek-v3; with --checkpoint its config.json is used)",
-    )
-    parser.add_argument(
-        "--platform",
-        default="mi355x",
-        metavar="NAME",
-        help=f"platform whose kernels and fp8 format are emulated: {', '.join(platform_names())} (default: mi355x)",
-    )
-    parser.add_argument(
-        "--scenario",
-        nargs="+",
-        default=["vllm-pr51692"],
-        metavar="NAME_OR_FILE",
-        help=f"built-in scenarios ({', '.join(scenario_names())}) or .yml/.yaml/.json scenario files; several "
-        "share one set of reference runs (default: vllm-pr51692)",
-    )
-    parser.add_argument(
-        "--tp", nargs="+", type=int, default=[1, 2, 4, 8], metavar="N", help="TP sizes (default: 1 2 4 8)"
-    )
-    parser.add_argument(
-        "--tokens", type=int, default=16, metavar="N", help="tokens in the layer's input, >= 1 (default: 16)"
-    )
+    add_model(parser, "deepseek-v3", note="; with --checkpoint its config.json is used")
+    add_platform(parser)
+    add_scenario(parser, several=True)
+    add_tp(parser, [1, 2, 4, 8])
+    add_tokens(parser)
     parser.add_argument(
         "--modes",
         nargs="+",
-        default=["prefill", "decode"],
-        choices=["prefill", "decode"],
+        default=list(MODES),
+        choices=MODES,
         help="prefill (the full attention) and/or decode (MLA's absorbed form) (default: both)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and inputs (default: 0)")
-    parser.add_argument(
-        "--checkpoint", default=None, metavar="DIR", help="checkpoint folder (safetensors, Hugging Face layout)"
-    )
-    parser.add_argument(
-        "--layer", type=int, default=0, metavar="N", help="layer index inside --checkpoint (default: 0)"
-    )
+    add_seed(parser)
+    add_checkpoint(parser)
     parser.add_argument(
         "--report",
         default=None,
@@ -76,12 +58,7 @@ def add_parser(sub) -> None:
         help="write the JSON summary here (an existing file is kept: the summary goes to FILE-2.json)",
     )
     parser.add_argument("--no-bisect", action="store_true", help="skip the culprit search")
-    parser.add_argument(
-        "--device",
-        choices=["cpu", "cuda"],
-        default=None,
-        help="where to compute (default: the GPU for an NVIDIA platform when one is visible, else the CPU)",
-    )
+    add_device(parser, None)
     parser.set_defaults(func=run)
 
 
@@ -136,7 +113,7 @@ def render_culprits(result, console: Console) -> None:
     provenance in one line."""
     from rich.markup import escape
 
-    from .viz.culprits import action_lines, bisection_line, configs_label, group_heading
+    from ..viz.culprits import action_lines, bisection_line, configs_label, group_heading
 
     for group in result.culprit_groups:
         console.print(f"[bold]culprit[/] {escape(group_heading(group))}")
@@ -160,11 +137,11 @@ def render_culprits(result, console: Console) -> None:
 def check_args(args: argparse.Namespace) -> tuple[list, object]:
     """Every option checked before any weight is built or read (DeepSeek-V3's take seconds to build, a
     real checkpoint's much longer to read): returns (scenarios, platform). Raises ValueError & co."""
-    from .analysis.triage import workbench_device
-    from .cli_common import check_output_file
-    from .kernels import platform as platform_of
-    from .model.preflight import check_layer_options
-    from .scenarios import scenario as scenario_of
+    from ..analysis.triage import workbench_device
+    from ..kernels import platform as platform_of
+    from ..model.preflight import check_layer_options
+    from ..scenarios import scenario as scenario_of
+    from .common import check_output_file
 
     if args.report is not None:
         check_output_file(args.report, ".html", "--report", "the HTML report")
@@ -180,9 +157,9 @@ def check_args(args: argparse.Namespace) -> tuple[list, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .analysis import Workbench, triage, write_json
-    from .cli_common import written
-    from .viz import write_html
+    from ..analysis import Workbench, triage, write_json
+    from ..viz import write_html
+    from .common import written
 
     scenarios, plat = check_args(args)
     console = Console()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from .table import print_columns
+
 
 def add_parser(sub) -> None:
     layouts = sub.add_parser(
@@ -48,7 +50,7 @@ def _cmd_layouts(args: argparse.Namespace) -> int:
         names = _layouts_pick(args.tensor, observed, None)
         print(f"observed   {args.observed}: {observed_about}")
         rows = [(name, _layouts_shape(t), _layouts_dtype(t), _layouts_shuffle_target(t)) for name, t in names]
-        _layouts_table(("tensor", "shape", "dtype", "shuffle (16, 16) target"), rows)
+        print_columns(("tensor", "shape", "dtype", "shuffle (16, 16) target"), rows)
         return 0
     # Without --layer, the layer a dump holds also picks the reference's layer, so both sides agree.
     reference, reference_about, _ = _layouts_load(
@@ -60,7 +62,7 @@ def _cmd_layouts(args: argparse.Namespace) -> int:
     rows = [
         (name, _layouts_shape(t), _layouts_dtype(t), _layouts_verdict(name, t, reference[name])) for name, t in pairs
     ]
-    _layouts_table(("tensor", "shape", "dtype", "bytes against the reference"), rows)
+    print_columns(("tensor", "shape", "dtype", "bytes against the reference"), rows)
     if args.tensor is None:
         for side, mine, other in (("observed", observed, reference), ("reference", reference, observed)):
             alone = [name for name in mine if name not in other]
@@ -74,7 +76,7 @@ def _layouts_load(text: str, layer: int | None, role: str) -> tuple[dict, str, i
     (`Checkpoint.load`) or a .safetensors dump. Pickle files are refused."""
     from pathlib import Path
 
-    from .model.checkpoint import PICKLE_SUFFIXES, Checkpoint
+    from ..model.checkpoint import PICKLE_SUFFIXES, Checkpoint
 
     path = Path(text).expanduser()
     if path.suffix.lower() in PICKLE_SUFFIXES:
@@ -108,7 +110,7 @@ def _layouts_read_dump(path, layer: int | None, role: str) -> tuple[dict, str, i
     ``kv_b_proj.weight`` (the checkpoint's short names) for the chosen layer; other layers are skipped."""
     import re
 
-    from .model.checkpoint import open_safetensors
+    from ..model.checkpoint import open_safetensors
 
     layer_key = re.compile(r"^(?:.*?\.)?layers\.(\d+)\.(.+)$")
     with open_safetensors(path, f"{role} {path}") as handle:  # reads the header; tensors on demand
@@ -202,7 +204,7 @@ def _layouts_verdict(name: str, observed, reference) -> str:
     """How `observed`'s bytes relate to `reference`'s, in words."""
     import torch
 
-    from .layouts import LAYOUTS, identify_scale_layout, identify_weight_layout, shuffle_period
+    from ..layouts import LAYOUTS, identify_scale_layout, identify_weight_layout, shuffle_period
 
     scale_pair = _layouts_is_activation_scale(name, observed, reference)
     if observed.shape != reference.shape:
@@ -237,10 +239,3 @@ def _layouts_verdict(name: str, observed, reference) -> str:
         # A 256-byte row: the (16, 16) shuffle is an involution, so two shuffles give these bytes too.
         text += "; 2 shuffles with (16, 16) look the same here (period 2)"
     return text + note
-
-
-def _layouts_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    """Columns separated by at least two spaces; the last one unpadded."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])

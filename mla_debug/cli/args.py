@@ -1,0 +1,88 @@
+"""The options several subcommands share, defined once so that `--model`, `--platform`, `--scenario`,
+`--tp`, `--tokens`, `--seed`, `--device` and `--checkpoint` mean and say the same thing everywhere.
+
+Each function adds one option to a parser; a subcommand passes only what differs (its default, whether
+it takes one value or several). The lists of valid names come from the registries at parser-build time,
+so a new preset, platform or scenario shows up in every help text at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+MODES = ("prefill", "decode")
+
+
+def add_model(parser: argparse.ArgumentParser, default: str, note: str = "") -> None:
+    from ..model import PRESETS
+
+    parser.add_argument(
+        "--model",
+        default=default,
+        metavar="PRESET",
+        help=f"model preset: {', '.join(PRESETS)} (default: {default}{note})",
+    )
+
+
+def add_platform(parser: argparse.ArgumentParser, default: str = "mi355x") -> None:
+    from ..kernels import platform_names
+
+    parser.add_argument(
+        "--platform",
+        default=default,
+        metavar="NAME",
+        help=f"platform whose kernels and fp8 format are emulated: {', '.join(platform_names())} (default: {default})",
+    )
+
+
+def add_scenario(parser: argparse.ArgumentParser, default: str = "vllm-pr51692", several: bool = False) -> None:
+    from ..scenarios import scenario_names
+
+    what = "built-in scenarios" if several else "a built-in scenario"
+    shared = "; several share one set of reference runs" if several else ""
+    parser.add_argument(
+        "--scenario",
+        nargs="+" if several else None,
+        default=[default] if several else default,
+        metavar="NAME_OR_FILE",
+        help=f"{what} ({', '.join(scenario_names())}) or .yml/.yaml/.json scenario file{'s' if several else ''}"
+        f"{shared} (default: {default})",
+    )
+
+
+def add_tp(parser: argparse.ArgumentParser, default: int | list[int]) -> None:
+    if isinstance(default, list):
+        shown = " ".join(map(str, default))
+        parser.add_argument(
+            "--tp", nargs="+", type=int, default=default, metavar="N", help=f"TP sizes (default: {shown})"
+        )
+    else:
+        parser.add_argument("--tp", type=int, default=default, metavar="N", help=f"TP size (default: {default})")
+
+
+def add_tokens(parser: argparse.ArgumentParser, default: int = 16) -> None:
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"tokens in the layer's input, >= 1 (default: {default})",
+    )
+
+
+def add_seed(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and inputs (default: 0)")
+
+
+def add_device(parser: argparse.ArgumentParser, default: str | None) -> None:
+    why = "the GPU for an NVIDIA platform when one is visible, else the CPU" if default is None else default
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=default, help=f"where to compute (default: {why})")
+
+
+def add_checkpoint(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoint", default=None, metavar="DIR", help="checkpoint folder (safetensors, Hugging Face layout)"
+    )
+    parser.add_argument(
+        "--layer", type=int, default=0, metavar="N", help="layer index inside --checkpoint (default: 0)"
+    )
