@@ -47,15 +47,6 @@ def sibling(path: str | os.PathLike, n: int, suffix: str | None = None) -> Path:
     return path.with_name(f"{path.name[: len(path.name) - len(suffix)]}-{n}{suffix}")
 
 
-def fresh_path(path: str | os.PathLike, suffix: str | None = None) -> Path:
-    """`path` when nothing exists there, else its first free numbered sibling (see `sibling`)."""
-    for n in range(1, MAX_SIBLINGS + 1):
-        candidate = sibling(path, n, suffix)
-        if not os.path.lexists(candidate):
-            return candidate
-    raise FileExistsError(f"{path}: no free name among its {MAX_SIBLINGS} numbered siblings")
-
-
 def _temporary_beside(path: Path, tag: str) -> Path:
     """A hidden name in `path`'s folder that no other writer (process or thread) picks."""
     return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.{tag}")
