@@ -2,8 +2,11 @@
 lazy imports count too), siblings in one layer do not import each other, and the heavy optional
 libraries stay out of module-level imports below viz so `import mla_debug` works on a bare GPU box.
 
-    numerics <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel
+    numerics, implementations <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel
     <- capture, analysis, profiling <- viz <- cli
+
+`implementations` (the implementation-choice mechanism the kernels and the norm+quant backends share)
+imports nothing of the package, so it sits at the bottom beside numerics.
 
 gpu/ (everything that imports triton) is reached only through the kernels and norm+quant backends that
 launch it. The package's private helpers (`_checks`, `_files`, `_progress`, `_stdio`, `_version`) sit
@@ -33,7 +36,7 @@ LAYERS: list[set[str]] = [
     {"kernels", "normquant"},
     {"gpu"},
     {"layouts"},
-    {"numerics"},
+    {"numerics", "implementations"},
 ]
 PRIVATE = {"_checks", "_files", "_progress", "_stdio", "_version"}
 # Imported only inside functions below viz (so a CPU-only or headless install imports the package).

@@ -6,7 +6,7 @@ Subcommands:
   report       show a saved triage again (summary, culprits) and draw its HTML report from the JSON alone
   layouts      byte forensics of saved tensors against a reference
   kernel-demo  the silent layout bugs of aiter's preshuffled GEMM, one GEMM at a time
-  kernels      the registered kernels, their capability flags and whether they run here
+  kernels      the registered kernels and norm+quant backends, their flags and whether they run here
   select       which kernel a serving engine picks for a layer shape on a platform, and why
   checkpoint   `checkpoint make`: write a seeded synthetic one-layer checkpoint (Hugging Face folder)
   profile      profile one layer run: per-step time, ops and kernels, and the trace folder

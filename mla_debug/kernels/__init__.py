@@ -1,7 +1,18 @@
 """Block-scaled FP8 GEMM kernels behind one interface; platforms, tuned tables and kernel selection."""
 
 from . import aiter_emulated, aiter_native, cublas, reference, triton_kernels  # noqa: F401  (register the kernels)
-from .base import Contract, GemmCall, GemmProblem, Kernel, get_kernel, kernel_class, kernel_names, register_kernel
+from .base import (
+    GEMM,
+    KERNELS,
+    Contract,
+    GemmCall,
+    GemmProblem,
+    Kernel,
+    get_kernel,
+    kernel_class,
+    kernel_names,
+    register_kernel,
+)
 from .block_gemm import ACCUMULATIONS
 from .choice import KernelChoice, SkippedKernel
 from .linear import BlockScaledLinear
@@ -13,6 +24,8 @@ from .tuned import TunedRow, TunedTable, padded_m_candidates
 
 __all__ = [
     "ACCUMULATIONS",
+    "GEMM",
+    "KERNELS",
     "PLATFORMS",
     "TUNED_ENV_VAR",
     "BlockScaledLinear",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..implementations import Check
 from ..numerics import Fp8Format
 from .base import GemmProblem, Kernel, get_kernel, kernel_class
 from .choice import KernelChoice, SkippedKernel
@@ -107,11 +108,11 @@ class KernelPolicy:
         """The kernel for one linear (per-rank shape N x K) and the KernelChoice saying why, as data.
         Raises ValueError naming the layer, its shape and every kernel's refusal when none can take it."""
         plat = platform(plat)
-        problem = GemmProblem(layer=layer, n=n, k=k, fmt=fmt or plat.fp8, tuned=self.tuned, m=m)
+        problem = GemmProblem(layer=layer, n=n, k=k, fmt=fmt or plat.fp8, platform=plat, tuned=self.tuned, m=m)
         shape = f"{layer} (N={n}, K={k}) on {plat.name}"
         if layer in self.overrides:
             kernel = self.kernel(self.overrides[layer])
-            ok, why = self._check(kernel, problem, plat)
+            ok, why = self._check(kernel, problem)
             if not ok:
                 raise ValueError(f"{shape}: the override to {kernel.name} cannot be honoured: {why}")
             return kernel, KernelChoice(kernel.name, why, override=True)
@@ -121,7 +122,7 @@ class KernelPolicy:
                 skipped.append(SkippedKernel(name, disabled=True))
                 continue
             kernel = self.kernel(name)
-            ok, why = self._check(kernel, problem, plat)
+            ok, why = self._check(kernel, problem)
             if ok:
                 return kernel, KernelChoice(kernel.name, why, skipped=tuple(skipped))
             skipped.append(SkippedKernel(name, reason=why))
@@ -129,11 +130,11 @@ class KernelPolicy:
         raise ValueError(f"{shape}: no kernel in the priority list can implement it: {refusals}")
 
     @staticmethod
-    def _check(kernel: Kernel, problem: GemmProblem, plat: Platform) -> tuple[bool, str]:
-        available, why = kernel.availability()
-        if not available:
-            return False, why
-        return kernel.can_implement(problem, plat)
+    def _check(kernel: Kernel, problem: GemmProblem) -> Check:
+        available = kernel.availability()
+        if not available.ok:
+            return available
+        return kernel.can_implement(problem)
 
 
 def parse_disabled(spec: str | Iterable[str] | Mapping | None) -> list[str]:

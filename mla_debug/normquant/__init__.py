@@ -4,7 +4,8 @@
 `norm_then_quant` / `aiter_test_reference` round to bf16 first (two roundings);
 `norm_then_quant_for_v4` is DeepSeek-V4's pre-fusion path, which quantizes the bf16 qr twice.
 Backends: "torch" (reference), "triton" (`triton_fused`, with the unfused Triton baseline in
-`triton_unfused`), "aiter" (`aiter_backend`); neither Triton nor aiter is imported until used.
+`triton_unfused`), "aiter" (`aiter_backend`); neither Triton nor aiter is imported until used. They are
+registered in `NORM_QUANT_BACKENDS`, an `implementations.Registry` like the GEMM kernels' `KERNELS`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from . import aiter_backend, triton_fused  # noqa: F401  (register the "aiter" a
 from ._inputs import MAX_WIDTH, NormQuantArgs, validate_inputs
 from .reference import (
     AUTO_ORDER,
-    BackendEntry,
+    NORM_QUANT_BACKENDS,
+    NormQuantBackend,
     NormQuantResult,
     available_backends,
     fused_qk_rmsnorm_group_quant,
@@ -28,8 +30,9 @@ from .unfused import V4UnfusedResult, aiter_test_reference, norm_then_quant, nor
 __all__ = [
     "AUTO_ORDER",
     "MAX_WIDTH",
-    "BackendEntry",
+    "NORM_QUANT_BACKENDS",
     "NormQuantArgs",
+    "NormQuantBackend",
     "NormQuantResult",
     "V4UnfusedResult",
     "aiter_test_reference",

@@ -62,15 +62,16 @@ def _aiter_op() -> Callable | str:
     return op
 
 
-def _check(args: NormQuantArgs, fp8: torch.dtype, accepts_gemma: bool) -> None:
+def _problem(args: NormQuantArgs, fp8: torch.dtype, accepts_gemma: bool) -> tuple[type[Exception], str] | None:
+    """What aiter's kernel refuses in this call (the error type a caller raises, and why), or None."""
     if args.flavor.name != "aiter":
-        raise ValueError(f"{OP}: flavor={args.flavor.name!r}: aiter's kernel implements only the 'aiter' flavor")
+        return ValueError, f"{OP}: flavor={args.flavor.name!r}: aiter's kernel implements only the 'aiter' flavor"
     if args.fmt.dtype != fp8:
-        raise ValueError(
+        return ValueError, (
             f"{OP}: fmt={args.fmt.name}: aiter's kernel writes this GPU's fp8 type {fp8} (aiter.dtypes.fp8) only"
         )
     if args.q.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError(f"{OP}: q: {describe(args.q)}: aiter's kernel takes bf16/fp16 q only")
+        return TypeError, f"{OP}: q: {describe(args.q)}: aiter's kernel takes bf16/fp16 q only"
     for name, t in (
         ("q_weight", args.q_weight),
         ("k", args.k),
@@ -78,19 +79,40 @@ def _check(args: NormQuantArgs, fp8: torch.dtype, accepts_gemma: bool) -> None:
         ("residual", args.residual),
     ):
         if t is not None and t.dtype != args.q.dtype:
-            raise TypeError(f"{OP}: {name}: {describe(t)}: aiter's kernel needs it in q's dtype {args.q.dtype}")
+            return TypeError, f"{OP}: {name}: {describe(t)}: aiter's kernel needs it in q's dtype {args.q.dtype}"
     if args.gemma_norm and not accepts_gemma:
-        raise ValueError(f"{OP}: gemma_norm=True: this aiter's fused_qk_rmsnorm_group_quant has no gemma_norm")
+        return ValueError, f"{OP}: gemma_norm=True: this aiter's fused_qk_rmsnorm_group_quant has no gemma_norm"
+    return None
+
+
+def _op_and_rules() -> tuple[Callable, torch.dtype, bool] | str:
+    """aiter's op, the fp8 dtype it writes and whether it takes gemma_norm; or why aiter cannot be had."""
+    op = _aiter_op()
+    if isinstance(op, str):
+        return op
+    import aiter
+
+    return op, aiter.dtypes.fp8, "gemma_norm" in inspect.signature(op).parameters
+
+
+def aiter_unsupported_reason(args: NormQuantArgs) -> str | None:
+    """Why aiter's kernel cannot take this call (or aiter cannot be had at all), or None when it can."""
+    found = _op_and_rules()
+    if isinstance(found, str):
+        return found
+    problem = _problem(args, found[1], found[2])
+    return None if problem is None else problem[1]
 
 
 def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
-    op = _aiter_op()
-    if isinstance(op, str):
-        raise RuntimeError(f"{OP}: backend 'aiter': {op}")
-    import aiter
-
-    accepts_gemma = "gemma_norm" in inspect.signature(op).parameters
-    _check(args, aiter.dtypes.fp8, accepts_gemma)
+    found = _op_and_rules()
+    if isinstance(found, str):
+        raise RuntimeError(f"{OP}: backend 'aiter': {found}")
+    op, fp8, accepts_gemma = found
+    problem = _problem(args, fp8, accepts_gemma)
+    if problem is not None:
+        error, reason = problem
+        raise error(reason)
     m, n1 = args.q.shape
     groups = n1 // args.group_size
     device, dtype = args.q.device, args.q.dtype
@@ -129,4 +151,10 @@ def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     )
 
 
-register_builtin_backend("aiter", _run, aiter_unavailable_reason)
+register_builtin_backend(
+    "aiter",
+    _run,
+    aiter_unavailable_reason,
+    unsupported_reason=aiter_unsupported_reason,
+    description="aiter's fused_qk_rmsnorm_group_quant HIP kernel (ROCm GPUs)",
+)
