@@ -1,4 +1,4 @@
-"""Layout contracts, run diffs, TP triage and culprit bisection; the fused norm+quant accuracy study."""
+"""Run diffs, TP triage and culprit bisection, triage reports as plain data; the fused norm+quant accuracy study."""
 
 from .bisection import BisectStats, Culprit, KnownFix, Remedy
 from .changes import Change, RemedyKind, candidate_changes, candidate_workarounds
@@ -8,7 +8,7 @@ from .normquant_accuracy import PATHS, NormQuantAccuracy, fp8_spacing, measure_a
 from .normquant_inputs import DISTRIBUTIONS, NormQuantInputs, distribution_names, make_inputs
 from .normquant_study import NormQuantStudy, accuracy_study
 from .provenance import Provenance, WeightsSource
-from .report_json import SavedTriage, load_triage
+from .report import BlockErrors, RunReport, TriageReport, load_triage, write_json
 from .triage import ConfigResult, CulpritGroup, TriageResult, Workbench, bisect, triage
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "MIN_THRESHOLD",
     "PATHS",
     "BisectStats",
+    "BlockErrors",
     "Change",
     "ConfigResult",
     "Culprit",
@@ -29,8 +30,9 @@ __all__ = [
     "Remedy",
     "RemedyKind",
     "RunDiff",
-    "SavedTriage",
+    "RunReport",
     "StepDiff",
+    "TriageReport",
     "TriageResult",
     "WeightsSource",
     "Workbench",
@@ -49,4 +51,5 @@ __all__ = [
     "rmsnorm_truth",
     "step_floor",
     "triage",
+    "write_json",
 ]

@@ -30,6 +30,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from .._stdio import output_inherited_from, quiet_profiler, read_excerpt
+from ..kernels import KernelChoice
 from ..model.program import step_label
 from .gather import sum_in_rank_order
 
@@ -143,10 +144,9 @@ def _to_cpu(record):
     return record
 
 
-def describe_kernel(linear) -> str:
-    """'kernel: reason' of a quantized linear (its selection reason starts with the kernel name)."""
-    block = getattr(linear, "block", None)
-    return block.kernel_reason if block is not None else "dense (unquantized)"
+def describe_kernel(linear) -> KernelChoice:
+    """Which kernel the policy chose for a linear at load, and why (KernelChoice.dense() when unquantized)."""
+    return linear.kernel_choice
 
 
 def _how_it_ended(exitcode: int) -> str:

@@ -6,11 +6,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..kernels import KernelChoice
 from ..model.records import StepRecord
 
 
 @dataclass
 class LayerRun:
+    """One layer forward: gathered `records` in step order, `per_rank` records, and per linear the
+    kernel chosen for it and why (`kernels`, KernelChoice) and its load history (`events`)."""
+
     model: str
     tp_size: int
     mode: str
@@ -19,7 +23,7 @@ class LayerRun:
     executor: str
     records: dict[str, StepRecord]
     per_rank: dict[str, list[StepRecord]] = field(default_factory=dict)
-    kernels: dict[str, str] = field(default_factory=dict)
+    kernels: dict[str, KernelChoice] = field(default_factory=dict)
     events: dict[str, list[str]] = field(default_factory=dict)
 
     @property

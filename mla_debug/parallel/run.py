@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import torch
 
 from .._checks import describe, require_tensor
-from ..kernels import Platform
+from ..kernels import KernelChoice, Platform
 from ..kernels import platform as platform_of
 from ..model.records import StepRecord
 from ..scenarios import Scenario
@@ -82,8 +82,8 @@ class MLALayer:
         self.last_per_rank: dict[str, list[StepRecord]] = {}
 
     @property
-    def kernels(self) -> dict[str, str]:
-        """Linear name -> 'kernel: reason' on rank 0."""
+    def kernels(self) -> dict[str, KernelChoice]:
+        """Linear name -> the kernel chosen for it on rank 0 and why."""
         return {name: describe_kernel(linear) for name, linear in self.ranks[0].linears.items()}
 
     @property
