@@ -397,7 +397,7 @@ def _result(violations: str, step: str = "absorbed_decode_with_a_long_step_name"
         culprits=[],
         culprit_groups=[],
         unresolved=[],
-        configs=[SimpleNamespace(verdict="diverged"), SimpleNamespace(verdict="ok")],
+        diverged_runs=[SimpleNamespace(verdict="diverged")],
         bisection=SimpleNamespace(trials=0),
         provenance=None,
     )

@@ -1,4 +1,4 @@
-"""Layout contracts, run diffs, TP triage, culprit bisection and activation patching; the fused
+"""Run diffs, TP triage, culprit bisection and activation patching, triage reports as plain data; the fused
 norm+quant accuracy study."""
 
 from .bisection import BisectStats, Culprit, KnownFix, Remedy
@@ -10,7 +10,7 @@ from .normquant_inputs import DISTRIBUTIONS, NormQuantInputs, distribution_names
 from .normquant_study import NormQuantStudy, accuracy_study
 from .patching import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery, confirm_by_patching, patch_steps
 from .provenance import Provenance, WeightsSource
-from .report_json import SavedTriage, load_triage
+from .report import BlockErrors, RunReport, TriageReport, load_triage, write_json
 from .triage import ConfigResult, CulpritGroup, TriageResult, Workbench, bisect, triage
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "MIN_THRESHOLD",
     "PATHS",
     "BisectStats",
+    "BlockErrors",
     "Change",
     "ConfigResult",
     "Culprit",
@@ -34,9 +35,10 @@ __all__ = [
     "Remedy",
     "RemedyKind",
     "RunDiff",
-    "SavedTriage",
+    "RunReport",
     "StepDiff",
     "StepRecovery",
+    "TriageReport",
     "TriageResult",
     "WeightsSource",
     "Workbench",
@@ -57,4 +59,5 @@ __all__ = [
     "rmsnorm_truth",
     "step_floor",
     "triage",
+    "write_json",
 ]

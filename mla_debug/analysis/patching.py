@@ -28,7 +28,6 @@ floor, threshold, diverged before and after), JSON-ready through `to_dict`/`from
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -39,6 +38,7 @@ from ..parallel.patch import Patch
 from ..scenarios import Scenario
 from ..scenarios import scenario as scenario_of
 from .diff import RunDiff, StepDiff, step_verdict
+from .json_numbers import float_from_json, float_to_json
 from .noise import DIVERGENCE_FACTOR, MIN_THRESHOLD
 
 
@@ -49,15 +49,6 @@ class PatchVerdict(str, Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-def _to_json(x: float | None) -> float | str | None:
-    """A float as JSON allows it: non-finite values as the strings float() reads back."""
-    return x if x is None or math.isfinite(x) else str(x)
-
-
-def _from_json(x: float | str | None) -> float | None:
-    return None if x is None else float(x)
 
 
 @dataclass(frozen=True)
@@ -77,10 +68,10 @@ class StepRecovery:
         return {
             "name": self.name,
             "index": self.index,
-            "rel_err_before": _to_json(self.rel_err_before),
-            "rel_err_after": _to_json(self.rel_err_after),
-            "floor": _to_json(self.floor),
-            "threshold": _to_json(self.threshold),
+            "rel_err_before": float_to_json(self.rel_err_before),
+            "rel_err_after": float_to_json(self.rel_err_after),
+            "floor": float_to_json(self.floor),
+            "threshold": float_to_json(self.threshold),
             "diverged_before": self.diverged_before,
             "diverged_after": self.diverged_after,
         }
@@ -90,10 +81,10 @@ class StepRecovery:
         return cls(
             name=data["name"],
             index=int(data["index"]),
-            rel_err_before=_from_json(data["rel_err_before"]),
-            rel_err_after=_from_json(data["rel_err_after"]),
-            floor=_from_json(data["floor"]),
-            threshold=_from_json(data["threshold"]),
+            rel_err_before=float_from_json(data["rel_err_before"], "rel_err_before"),
+            rel_err_after=float_from_json(data["rel_err_after"], "rel_err_after"),
+            floor=float_from_json(data["floor"], "floor"),
+            threshold=float_from_json(data["threshold"], "threshold"),
             diverged_before=bool(data["diverged_before"]),
             diverged_after=bool(data["diverged_after"]),
         )

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..kernels import KernelPolicy, TunedTable
+from ..kernels import KernelChoice, KernelPolicy, TunedTable
 from ..model.attention_v4 import MODEL_SHUFFLED
 from ..model.linear import DenseLinear, QuantizedLinear
 from ..model.records import StepRecord
@@ -264,8 +264,8 @@ class LayerCache:
             self._policies[key] = scen.policy(self.platform, tuned=self.tuned(scen))
         return self._policies[key]
 
-    def selection(self, scen: Scenario, tp: int) -> dict[str, tuple[tuple, ModelBehaviour | None, str]]:
-        """Per linear: (kernel config, model-side behaviour it depends on, 'kernel: reason'), as a load
+    def selection(self, scen: Scenario, tp: int) -> dict[str, tuple[tuple, ModelBehaviour | None, KernelChoice]]:
+        """Per linear: (kernel config, model-side behaviour it depends on, the KernelChoice), as a load
         would choose them, without loading anything. Raises ValueError when no kernel can take a linear."""
         key = (_scenario_key(scen), tp)
         if key in self._selections:
@@ -278,12 +278,12 @@ class LayerCache:
             weight = shard(self._full[spec.name], spec, tp, 0)
             model_side = scen.behaviour if self.cfg.arch == "v4" and spec.name in MODEL_SHUFFLED else None
             if isinstance(weight, torch.Tensor):
-                out[spec.name] = ((DENSE,), model_side, DENSE)
+                out[spec.name] = ((DENSE,), model_side, KernelChoice.dense())
                 continue
             # QuantizedLinear.load converts e4m3fn weights for an e4m3fnuz platform before selecting.
             fmt = self.platform.fp8 if weight.fmt is E4M3FN and self.platform.fp8 is E4M3FNUZ else weight.fmt
-            kernel, reason = policy.select(spec.name, weight.n, weight.k, self.platform, fmt=fmt)
-            out[spec.name] = (kernel_config(kernel), model_side, reason)
+            kernel, choice = policy.choose(spec.name, weight.n, weight.k, self.platform, fmt=fmt)
+            out[spec.name] = (kernel_config(kernel), model_side, choice)
         self._selections[key] = out
         return out
 
@@ -388,14 +388,14 @@ class LayerCache:
         self._focus = None
 
 
-def _events(linear, reason: str) -> list[str]:
+def _events(linear, choice: KernelChoice) -> list[str]:
     """The linear's load history with the kernel-choice line in this scenario's words: a shared linear
     was loaded once, maybe under another scenario whose reason text differs (same kernel, same bytes)."""
     block = getattr(linear, "block", None)
     if block is None:
         return list(linear.events)
     loaded = f"kernel {block.kernel.name}: {block.kernel_reason}"
-    return [f"kernel {block.kernel.name}: {reason}" if event == loaded else event for event in linear.events]
+    return [f"kernel {block.kernel.name}: {choice}" if event == loaded else event for event in linear.events]
 
 
 def _scenario_key(scen: Scenario) -> str:

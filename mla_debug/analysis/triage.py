@@ -8,6 +8,7 @@ comparing numbers; nothing is looked up in a table of known answers.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,11 +21,13 @@ from ..parallel.observe import RunDescription, announce, parts_of_one_result
 from ..scenarios import SCENARIOS, Scenario
 from ..scenarios import scenario as scenario_of
 from .bisection import Bisector, BisectStats, Culprit, CulpritGroup, KnownFix, Remedy, group_culprits, progress_bar
-from .diff import RunDiff, compare, diverges
+from .diff import RunDiff, block_errors, compare, diverges
 from .noise import DIVERGENCE_FACTOR, dense_twin, step_floor
 from .patching import PatchConfirmation, confirm_by_patching
 from .provenance import Provenance, collect
+from .report import RunReport, TriageReport, report_of, write_json
 from .reuse import LayerCache
+from .tables import error_matrix_frame, summary_frame
 
 MODES = ("prefill", "decode")
 
@@ -253,10 +256,14 @@ class ConfigResult:
 
 @dataclass
 class TriageResult:
-    """Every (TP size, mode) configuration's comparison with the reference, the culprits bisection
-    found, and for every diverged configuration the activation-patching check of its first divergent
-    step (`patching[(tp, mode)]`, a `PatchConfirmation`: does substituting the reference's output there
-    restore everything downstream, and if not, which further steps must be patched?)."""
+    """A live TP triage: every configuration's RunDiff (with the runs' tensors), culprits, provenance,
+    and for every diverged configuration the activation-patching check of its first divergent step
+    (`patching[(tp, mode)]`, a `PatchConfirmation`: does substituting the reference's output there
+    restore everything downstream, and if not, which further steps must be patched?).
+
+    `report()` is the same as plain data - what the HTML report (`md.write_html`), the terminal and a
+    saved JSON show; `to_json` writes it.
+    """
 
     model: str
     platform: str
@@ -273,6 +280,7 @@ class TriageResult:
     provenance: Provenance | None = None
     bisection: BisectStats = field(default_factory=BisectStats)
     patching: dict[tuple[int, str], PatchConfirmation] = field(default_factory=dict)
+    _report: TriageReport | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def description(self) -> RunDescription:
@@ -301,35 +309,15 @@ class TriageResult:
 
     @property
     def summary(self):
-        """pandas DataFrame: one row per (TP size, mode)."""
-        import pandas as pd
-
-        rows = []
-        for c in self.configs:
-            worst = c.diff.worst
-            kinds = sorted({str(v.kind) for s in c.diff.steps for v in s.effective_violations})
-            rows.append(
-                dict(
-                    tp=c.tp,
-                    mode=c.mode,
-                    verdict=c.verdict,
-                    first_divergent_step=c.diff.first_divergent_step,
-                    worst_step=worst.name if worst else None,
-                    worst_rel_err=worst.rel_err if worst else None,
-                    violations=", ".join(kinds),
-                )
-            )
-        return pd.DataFrame(rows)
+        """pandas DataFrame: one row per (TP size, mode) (see `analysis.tables.summary_frame`)."""
+        return summary_frame(RunReport.of(c) for c in self.configs)
 
     def step_table(self, tp: int, mode: str):
         return self.config(tp, mode).diff.table
 
     def error_matrix(self, mode: str):
         """pandas DataFrame of relative error: rows TP sizes, columns steps (in order)."""
-        import pandas as pd
-
-        rows = {c.tp: {s.name: s.rel_err for s in c.diff.steps} for c in self.configs if c.mode == mode}
-        return pd.DataFrame.from_dict(rows, orient="index")
+        return error_matrix_frame((RunReport.of(c) for c in self.configs), mode)
 
     def default_step(self, tp: int, mode: str) -> str:
         """The step worth opening first: the first divergent one, else the worst."""
@@ -338,27 +326,30 @@ class TriageResult:
 
     def block_errors(self, tp: int, mode: str, step: str | None = None) -> torch.Tensor:
         """(tokens, 128-column blocks) relative error of `step` (default: `default_step`)."""
-        from .diff import block_errors
-
         c = self.config(tp, mode)
         name = step or self.default_step(tp, mode)
         return block_errors(c.diff.run.records[name].output, c.diff.reference.records[name].output)
 
-    def to_dict(self) -> dict:
-        """The documented JSON schema (see `analysis.report_json`)."""
-        from .report_json import triage_to_dict
+    def report(self, block_steps: Iterable[tuple[int, str, str | None]] = ()) -> TriageReport:
+        """Everything the HTML report, the terminal summary and the notebooks show, as plain data (no
+        tensors; JSON round trip). It keeps the block errors of every diverged configuration's first
+        divergent step; `block_steps` ((tp, mode, step or None for the default step)) adds others.
+        The report without extra blocks is made once and then reused."""
+        block_steps = tuple(block_steps)
+        if block_steps:
+            return report_of(self, block_steps)
+        if self._report is None:
+            self._report = report_of(self)
+        return self._report
 
-        return triage_to_dict(self)
+    def to_dict(self) -> dict:
+        """The report's JSON data (schema 3; see `analysis.report`)."""
+        return self.report().to_dict()
 
     def to_json(self, path) -> Path:
-        from .report_json import write_json
-
-        return write_json(self, path)
-
-    def to_html(self, path) -> Path:
-        from ..viz.report import write_html
-
-        return write_html(self, path)
+        """Write the report as JSON; never overwrites (a taken name gets `stem-2.json`). The HTML report
+        is drawn by `mla_debug.viz` (``md.write_html(result, path)``)."""
+        return write_json(self.report(), path)
 
 
 def bisect(

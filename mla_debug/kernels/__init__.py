@@ -14,6 +14,7 @@ from .base import (
     register_kernel,
 )
 from .block_gemm import ACCUMULATIONS
+from .choice import KernelChoice, SkippedKernel
 from .linear import BlockScaledLinear
 from .platforms import PLATFORMS, Platform, detect_platform, platform, platform_names
 from .policy import KernelPolicy, parse_disabled
@@ -32,8 +33,10 @@ __all__ = [
     "GemmCall",
     "GemmProblem",
     "Kernel",
+    "KernelChoice",
     "KernelPolicy",
     "Platform",
+    "SkippedKernel",
     "TunedRow",
     "TunedTable",
     "apply_pre_quantized_block_scaled_mm",

@@ -24,6 +24,7 @@ from .scale_layout import (
     scale_as_read,
     scale_memory,
 )
+from .scale_read import ScaleRead
 from .weight_layout import WeightLayout, WeightTransform
 from .weight_shuffle import LAYOUTS, is_involution, pad_k, shuffle_period, shuffle_weight, unshuffle_weight
 
@@ -33,6 +34,7 @@ __all__ = [
     "QuantizedActivation",
     "QuantizedWeight",
     "ScaleLayout",
+    "ScaleRead",
     "ShuffleAttempt",
     "ShuffleFit",
     "TensorComparison",

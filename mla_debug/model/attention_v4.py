@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels import get_kernel
-from ..layouts import ContractViolation, ScaleLayout, ViolationKind
+from ..layouts import ContractViolation, ScaleLayout, ScaleRead, ViolationKind
 from ..normquant import fused_qk_rmsnorm_group_quant, resolve_backend
 from .attention_math import attend, causal_mask
 from .linear import QuantizedLinear
@@ -169,7 +169,7 @@ class AttentionV4Rank(RankLayer):
             "q_norm",
             q_unquantized,
             kernel=f"fused_qk_rmsnorm_group_quant ({backend})",
-            scale_layout=f"{layout.name} written",
+            scale_layout=ScaleRead(layout),
             notes=notes,
             violations=violations,
             extras={"q_fp8_dequantized": q_quant.dequantize()},
@@ -237,7 +237,7 @@ class AttentionV4Rank(RankLayer):
             CONCAT,
             gather_dim=-1,
             kernel="grouped bmm (direct read of wo_a)",
-            weight_layout=self.linears["wo_a"].weight_layout_text(),
+            weight_layout=self.linears["wo_a"].weight_layout,
             violations=[violation] if violation else [],
         )
 

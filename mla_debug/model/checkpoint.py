@@ -21,9 +21,7 @@ import json
 import math
 import os
 import re
-import shutil
 import stat
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .._checks import describe
+from .._files import check_new_folder, folder_atomically
 from ..layouts.quantized import QuantizedWeight
 from ..numerics import FORMATS, Fp8Format, QuantFlavor, block_dequantize, block_quantize, fp8_format, quant_flavor
 from .config import MLAConfig
@@ -532,8 +531,8 @@ class Checkpoint:
         exists and is not an empty folder; the files are written into a temporary sibling folder that is
         renamed into place, so `out_dir` is either complete or absent. Returns `out_dir`.
         """
-        out = check_new_folder(out_dir, f"Checkpoint.save: {Path(out_dir).expanduser()}")
-        out.parent.mkdir(parents=True, exist_ok=True)
+        label = f"Checkpoint.save: {Path(out_dir).expanduser()}"
+        out = check_new_folder(out_dir, label)
         prefix = f"model.layers.{self.layer}.{ATTN_PREFIX}"
         payload = {prefix + k: t.detach().contiguous().cpu() for k, t in self.tensors.items()}
         index = {
@@ -542,35 +541,14 @@ class Checkpoint:
         }
         config = to_hf_dict(self.cfg, self.quantized)
         config["mla_debug"] = {"preset": self.cfg.name, "layer": self.layer, "source": self.source}
-        # os.mkdir (unlike tempfile.mkdtemp's 0700) honours the umask, so the renamed folder gets the
-        # permissions any folder the user creates would have.
-        tmp = out.parent / f".{out.name}.{uuid.uuid4().hex[:12]}.partial"
-        os.mkdir(tmp)
-        try:
+        with folder_atomically(out, label) as tmp:
             (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
             save_file(payload, str(tmp / SAFETENSORS_FILE), metadata={"format": "pt"})
             # safetensors writes through a private 0600 temporary file; give the checkpoint the mode the
             # umask gives any new file (config.json's), so others can read it as they can the folder.
             os.chmod(tmp / SAFETENSORS_FILE, stat.S_IMODE((tmp / "config.json").stat().st_mode))
             (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
-            if out.exists():
-                out.rmdir()  # empty (checked above); rename cannot replace a folder portably
-            os.rename(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return out
-
-
-def check_new_folder(out_dir: str | os.PathLike, label: str | None = None) -> Path:
-    """`out_dir` as a folder `Checkpoint.save` may write: absent or empty (FileExistsError otherwise,
-    naming it as `label`, default its path). Callers that build a large checkpoint check it first."""
-    out = Path(out_dir).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(
-            f"{label or out} already exists and is not an empty folder; refusing to overwrite it (choose a new folder)"
-        )
-    return out
 
 
 def _quantize_dense(

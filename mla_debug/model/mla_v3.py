@@ -121,7 +121,7 @@ class MLAv3Rank(RankLayer):
         w_uk, _ = self._absorbed_weights(s)
         q_nope = s["q"][..., : self.cfg.qk_nope_head_dim].to(torch.float32)
         s["q_latent"] = torch.einsum("mhp,hpc->mhc", q_nope, w_uk).to(self.dtype)
-        layout = self.linears["kv_b_proj"].weight_layout_text()
+        layout = self.linears["kv_b_proj"].weight_layout
         return self.record(
             "absorb_uk",
             s["q_latent"],
@@ -145,7 +145,7 @@ class MLAv3Rank(RankLayer):
     def _absorb_uv(self, s: dict):
         _, w_uv = self._absorbed_weights(s)
         s["attn"] = torch.einsum("mhc,hvc->mhv", s["attn_latent"].to(torch.float32), w_uv).to(self.dtype)
-        layout = self.linears["kv_b_proj"].weight_layout_text()
+        layout = self.linears["kv_b_proj"].weight_layout
         return self.record(
             "absorb_uv",
             s["attn"],

@@ -10,12 +10,16 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..kernels import KernelChoice
 from ..model.records import StepRecord
 from .observe import RunDescription, announce
 
 
 @dataclass
 class LayerRun:
+    """One layer forward: gathered `records` in step order, `per_rank` records, and per linear the
+    kernel chosen for it and why (`kernels`, KernelChoice) and its load history (`events`)."""
+
     model: str
     tp_size: int
     mode: str
@@ -24,7 +28,7 @@ class LayerRun:
     executor: str
     records: dict[str, StepRecord]
     per_rank: dict[str, list[StepRecord]] = field(default_factory=dict)
-    kernels: dict[str, str] = field(default_factory=dict)
+    kernels: dict[str, KernelChoice] = field(default_factory=dict)
     events: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -66,14 +70,13 @@ class LayerRun:
         return f"<LayerRun {self.model} TP{self.tp_size} {self.mode} {self.scenario}: {len(self.records)} steps>"
 
 
-def describe_kernel(linear) -> str:
-    """'kernel: reason' of a quantized linear (its selection reason starts with the kernel name)."""
-    block = getattr(linear, "block", None)
-    return block.kernel_reason if block is not None else "dense (unquantized)"
+def describe_kernel(linear) -> KernelChoice:
+    """Which kernel the policy chose for a linear at load, and why (KernelChoice.dense() when unquantized)."""
+    return linear.kernel_choice
 
 
-def kernels_of(layer) -> dict[str, str]:
-    """Linear name -> 'kernel: reason' of one rank layer."""
+def kernels_of(layer) -> dict[str, KernelChoice]:
+    """Linear name -> the kernel chosen for it on one rank layer, and why."""
     return {name: describe_kernel(linear) for name, linear in layer.linears.items()}
 
 
@@ -91,7 +94,7 @@ def assemble_run(
     executor: str,
     records: dict[str, StepRecord],
     per_rank: dict[str, list[StepRecord]],
-    kernels: dict[str, str],
+    kernels: dict[str, KernelChoice],
     events: dict[str, list[str]],
 ) -> LayerRun:
     """The LayerRun of a finished forward, announced to active listeners."""

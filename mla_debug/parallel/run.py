@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import torch
 
 from .._checks import describe, require_tensor
-from ..kernels import Platform
+from ..kernels import KernelChoice, Platform
 from ..kernels import platform as platform_of
 from ..model.records import StepRecord
 from ..scenarios import Scenario
@@ -94,8 +94,8 @@ class MLALayer:
         self.last_run: LayerRun | None = None
 
     @property
-    def kernels(self) -> dict[str, str]:
-        """Linear name -> 'kernel: reason' on rank 0."""
+    def kernels(self) -> dict[str, KernelChoice]:
+        """Linear name -> the kernel chosen for it on rank 0 and why."""
         return kernels_of(self.ranks[0])
 
     @property

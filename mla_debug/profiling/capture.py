@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
+from .._files import create_folder, fresh_folder, publish_file, write_atomically
 from .._stdio import without_kineto_start_stop
-from ..analysis.report_json import write_atomically
 from ..parallel.observe import StepObserver, listening
 from .chrome import is_trace_file
 from .observers import RankTraces, StepRanges
@@ -168,19 +168,16 @@ class ProfileSession:
         return False
 
     def _reserve_folder(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(100):
+        if self._explicit_id:
             try:
-                self.folder.mkdir()  # exist_ok=False: taking the name is the atomic check
-                return
+                create_folder(self.folder)
             except FileExistsError:
-                if self._explicit_id:
-                    raise FileExistsError(
-                        f"run folder {self.folder} already exists; pick another run_id (runs are never reused)"
-                    ) from None
-                self.run_id = _new_run_id()
-                self.folder = self.out_dir / self.run_id
-        raise FileExistsError(f"no free run folder name under {self.out_dir}")
+                raise FileExistsError(
+                    f"run folder {self.folder} already exists; pick another run_id (runs are never reused)"
+                ) from None
+            return
+        self.folder = fresh_folder(self.folder)
+        self.run_id = self.folder.name
 
     # -- the run listener ------------------------------------------------------------------------------
     def step_observers(self, executor: str) -> list[StepObserver]:
@@ -204,8 +201,8 @@ class ProfileSession:
         if self._only_ranks_traced():
             return
         worker = f"{socket.gethostname()}_{os.getpid()}"
-        name = f"{worker}.{time.time_ns()}.pt.trace.json" + (".gz" if self.gzip else "")
-        target = self.folder / name
+        suffix = ".pt.trace.json" + (".gz" if self.gzip else "")
+        name = f"{worker}.{time.time_ns()}{suffix}"
         plain = self.folder / f".{name}.{os.getpid()}.tmp.json"
         prof.export_chrome_trace(str(plain))
         try:
@@ -214,9 +211,9 @@ class ProfileSession:
                 # Level 6: within a few percent of level 9's size, several times faster on big traces.
                 with open(plain, "rb") as src, _gzip.open(packed, "wb", compresslevel=6) as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-                os.replace(packed, target)
+                publish_file(packed, self.folder / name, suffix)
             else:
-                os.replace(plain, target)
+                publish_file(plain, self.folder / name, suffix)
         finally:
             plain.unlink(missing_ok=True)
 
@@ -231,7 +228,7 @@ class ProfileSession:
             except (OSError, EOFError):
                 tmp.unlink(missing_ok=True)
                 continue  # a rank that died mid-write: leave its file for load_trace to report
-            os.replace(tmp, target)
+            publish_file(tmp, target, ".pt.trace.json")
             packed.unlink()
 
     def _write_meta(self, exc: BaseException | None) -> None:

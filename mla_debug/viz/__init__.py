@@ -1,5 +1,5 @@
-"""Plots, styled tables and the HTML report of a TP triage; timelines and tables of kernel traces;
-plots of the fused norm+quant accuracy study.
+"""Plots, styled tables and the HTML report of a TP triage (drawn from a TriageReport); timelines and
+tables of kernel traces; plots of the fused norm+quant accuracy study.
 
     from mla_debug.viz import error_heatmap, block_heatmap, summary_styler, steps_styler, write_html
     from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler, trace_table_styler

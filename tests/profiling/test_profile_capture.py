@@ -274,7 +274,7 @@ def test_v4_ranges_name_the_kernel_each_step_calls(profiles):
     assert list(table["step"]) == steps
     kernels = dict(zip(table["step"], table["kernel"]))
     # indexer_q runs the indexer's own wq_b; wo_a is the model's grouped BMM; norms are labelled.
-    assert kernels["indexer_q"] == layer.kernels["indexer.wq_b"].split(":")[0]
+    assert kernels["indexer_q"] == layer.kernels["indexer.wq_b"].kernel
     assert (kernels["wo_a"], kernels["q_norm"], kernels["inverse_rope"]) == ("bmm", "rmsnorm", "rope")
     # The ROCm V4 model calls the preshuffled GEMM itself for fused_wqa_wkv and wo_b.
     assert kernels["fused_wqa_wkv"] == kernels["wo_b"] == "aiter-bpreshuffle"
