@@ -39,7 +39,7 @@ import torch
 
 from .._files import create_folder, fresh_folder, publish_file, write_atomically
 from .._stdio import without_kineto_start_stop
-from ..parallel.observe import StepObserver, listening
+from ..parallel.observe import RunDescription, StepObserver, listening
 from .chrome import is_trace_file
 from .observers import RankTraces, StepRanges
 
@@ -120,7 +120,7 @@ class ProfileSession:
         self.record_shapes = record_shapes
         self.with_cuda = torch.cuda.is_available() if with_cuda == "auto" else bool(with_cuda)
         self.function = function
-        self.runs: list = []  # RunDescription of every run announced while the session was open
+        self.runs: list[RunDescription] = []  # every run announced while the session was open
         self.trace_paths: list[Path] = []
         self.meta_path: Path | None = None
         self._profiler: torch.profiler.profile | None = None
