@@ -60,7 +60,7 @@ from .numerics import (
     fp8_ulp_distance,
     quant_flavor,
 )
-from .parallel import LayerRun, MLALayer, run_layer
+from .parallel import LayerRun, MLALayer, Patch, run_layer
 from .profiling import Trace, compare_traces, load_trace, profile
 from .scenarios import SCENARIOS, Scenario, scenario, scenario_names
 from .viz import write_html
@@ -88,6 +88,7 @@ __all__ = [
     "LayerRun",
     "MLAConfig",
     "MLALayer",
+    "Patch",
     "Platform",
     "QuantFlavor",
     "QuantizedActivation",

@@ -223,6 +223,18 @@ def _verdict(name: str, record, ref, floor: dict[str, float] | None, factor: flo
     return err, step_floor, limit, diverged
 
 
+def step_verdict(
+    record, reference, floor: dict[str, float] | None = None, factor: float = DIVERGENCE_FACTOR
+) -> tuple[float, float | None, float | None, bool] | None:
+    """(rel_err, floor, threshold, diverged) of one step's record against the same step of `reference`
+    (a LayerRun) by the rule of `compare`, without compare's other metrics; None where compare skips
+    the step (the reference lacks it, or either side has no output)."""
+    ref = reference.records.get(record.name)
+    if ref is None or record.output is None or ref.output is None:
+        return None
+    return _verdict(record.name, record, ref, floor, factor)
+
+
 def diverges(record, reference, floor: dict[str, float] | None = None, factor: float = DIVERGENCE_FACTOR) -> bool:
     """Whether one step's record diverges from the same step of `reference` (a LayerRun), by the rule of
     `compare`; a step the reference lacks, or without output, never does (compare skips it)."""

@@ -36,7 +36,10 @@ from ..model.records import StepRecord
 from ..numerics import E4M3FN, E4M3FNUZ
 from ..parallel.build import LayerBuilder
 from ..parallel.gather import gather_step
-from ..parallel.layer_run import LayerRun
+from ..parallel.hooks import hook_table
+from ..parallel.layer_run import LayerRun, assemble_run
+from ..parallel.observe import step_observers
+from ..parallel.patch import Patch
 from ..parallel.run import MODES, check_inputs
 from ..parallel.sharding import REPLICATED, full_weight, linear_specs, shard
 from ..parallel.simulated import run_lockstep
@@ -312,15 +315,17 @@ class LayerCache:
         hidden: torch.Tensor,
         positions: torch.Tensor,
         until: Callable[[StepRecord], bool] | None = None,
+        patch: Patch | None = None,
     ) -> ReuseRun:
         """The layer under `scen` at `tp` in `mode`, gathered like `MLALayer.run`, with step accesses.
 
         `until(record)` is asked after each gathered step; True ends the run there (the run then holds
         the steps up to and including that one) - a bisection trial needs no step past the first that
-        diverges.
+        diverges. `patch` substitutes a reference run's outputs at some steps (`parallel.patch`).
         """
         self.cfg.check_tp(tp)
         positions = check_inputs(self.cfg, self.ckpt, hidden, positions, mode)
+        table = hook_table(None, patch, tp)
         self.focus(tp)
         selection = self.selection(scen, tp)
         keys = self.linear_keys(scen, tp)
@@ -332,22 +337,23 @@ class LayerCache:
             layer.linears = _RecordingLinears(layer.linears, sink)
         records, per_rank, accessed = {}, {}, []
         device = self.ckpt.tensors[next(iter(self.ckpt.tensors))].device
-        for name, step_records in run_lockstep(ranks, hidden.to(device), positions.to(device), mode):
+        steps = run_lockstep(ranks, hidden.to(device), positions.to(device), mode, table, step_observers("simulated"))
+        for name, step_records in steps:
             per_rank[name] = step_records
             records[name] = gather_step(step_records)
             accessed.append(sink.take())
             if until is not None and until(records[name]):
                 break
         linears = dict.items(ranks[0].linears)  # read without recording: the run is over
-        run = LayerRun(
-            model=self.cfg.name,
-            tp_size=tp,
-            mode=mode,
-            platform=self.platform.name,
-            scenario=scen.name,
-            executor="simulated",
-            records=records,
-            per_rank=per_rank,
+        run = assemble_run(
+            self.cfg,
+            tp,
+            mode,
+            self.platform.name,
+            scen.name,
+            "simulated",
+            records,
+            per_rank,
             kernels={name: selection[name][2] for name, _ in linears},
             events={name: _events(linear, selection[name][2]) for name, linear in linears},
         )

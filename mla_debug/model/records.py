@@ -45,6 +45,8 @@ class StepRecord:
     step handed over its activation scale (ScaleRead: the layout written, the layout it was read as)
     and ``weight_layout`` which weight layout it read (WeightLayout: every transform and who made it);
     both are None for a step that has no such operand.
+    ``replaced`` is True when a hook replaced the output the step computed (activation patching,
+    `mla_debug.parallel.Patch`).
     """
 
     name: str
@@ -58,6 +60,7 @@ class StepRecord:
     violations: list[ContractViolation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    replaced: bool = False
     _stats: StepStats | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -85,6 +88,8 @@ class StepRecord:
             parts.append(f"weight {self.weight_layout}")
         if self.stats:
             parts.append(f"amax {self.stats.amax:.3g}, nan {self.stats.nan}, inf {self.stats.inf}")
+        if self.replaced:
+            parts.append("output replaced by a hook")
         line = "; ".join(parts)
         if len(self.violations) == 1:
             line += f"; violation: {self.violations[0]}"

@@ -97,6 +97,9 @@ def test_v4_needs_three_fixes_at_tp1_and_one_at_tp8():
     assert tp1 == {"aiter-bpreshuffle", "v4_ask_consumers", "skip_model_shuffle_if_kernel_preshuffles"}
     tp8 = by_config[(8, "prefill")]
     assert [c.target for c in tp8.changes] == ["v4_ask_consumers"] and tp8.layer == "q_norm"
+    # Patching agrees from the other side: three steps hold a fault at TP1, one at TP8.
+    assert result.patching[(1, "prefill")].restoring_steps == ("indexer_q", "wo_a", "wo_b")
+    assert result.patching[(8, "prefill")].restoring_steps == ("indexer_q",)
 
 
 def test_json_follows_the_schema_and_never_overwrites(buggy, tmp_path):
