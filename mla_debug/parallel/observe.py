@@ -7,6 +7,9 @@ never imports them:
   or inside each rank process of the distributed executor), and `around_rank` around the whole of one
   rank process's work (distributed executor only). Observers are sent to rank processes, so they must
   be picklable: plain objects holding plain data.
+- `ProfilerRanges`, the one observer every run carries: a ``mla.<step>[<kernel>]`` profiler range
+  around each step, so any torch.profiler session (`md.profile` or the user's own) attributes its ops
+  and kernels to steps. A range costs a few microseconds when no profiler records.
 - a `RunListener` is registered for a stretch of code (`listening`). While it is, every run asks it
   for step observers (`step_observers(executor)`), and every finished result announces itself to it
   (`run_done(result)`). A result describes itself with a `RunDescription` (its ``description``).
@@ -28,6 +31,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 import torch
 
 __all__ = [
+    "ProfilerRanges",
     "RunDescription",
     "RunListener",
     "StepObserver",
@@ -70,6 +74,14 @@ class StepObserver:
         return nullcontext()
 
 
+class ProfilerRanges(StepObserver):
+    """A ``mla.<step>[<kernel>]`` range around every step; the trace analysis (`mla_debug.profiling`)
+    parses the names back into a step and its GEMM kernel."""
+
+    def around_step(self, step: str, label: str) -> AbstractContextManager:
+        return torch.profiler.record_function(label)
+
+
 @runtime_checkable
 class RunListener(Protocol):
     def step_observers(self, executor: str) -> Sequence[StepObserver]:
@@ -98,8 +110,11 @@ def listening(listener: RunListener) -> Iterator[RunListener]:
 
 
 def step_observers(executor: str) -> list[StepObserver]:
-    """Every active listener's observers for a run with `executor`, in registration order."""
-    return [observer for listener in _LISTENERS.get() for observer in listener.step_observers(executor)]
+    """The profiler ranges, then every active listener's observers for a run with `executor`, in
+    registration order."""
+    return [ProfilerRanges()] + [
+        observer for listener in _LISTENERS.get() for observer in listener.step_observers(executor)
+    ]
 
 
 @contextmanager

@@ -41,7 +41,7 @@ from .._files import create_folder, fresh_folder, publish_file, write_atomically
 from .._stdio import without_kineto_start_stop
 from ..parallel.observe import RunDescription, StepObserver, listening
 from .chrome import is_trace_file
-from .observers import RankTraces, StepRanges
+from .observers import RankTraces
 
 META_NAME = "mla_debug_meta.json"
 META_KEYS = ("model", "platform", "scenario", "tp", "mode", "tokens", "executor")
@@ -181,10 +181,11 @@ class ProfileSession:
 
     # -- the run listener ------------------------------------------------------------------------------
     def step_observers(self, executor: str) -> list[StepObserver]:
-        """A range per step; for the distributed executor also each rank's own trace into the run folder."""
+        """For the distributed executor, each rank's own trace into the run folder (every run carries the
+        step ranges already)."""
         if executor == "distributed":
-            return [StepRanges(), RankTraces(str(self.folder), self.record_shapes, self.with_cuda)]
-        return [StepRanges()]
+            return [RankTraces(str(self.folder), self.record_shapes, self.with_cuda)]
+        return []
 
     def run_done(self, result) -> None:
         description = getattr(result, "description", None)

@@ -1,7 +1,7 @@
-"""What the profiler adds to a layer run: a range per step, and, for the distributed executor, a trace
-written by each rank process itself. Both are step observers (`mla_debug.parallel.observe`), handed to
-runs by an active `ProfileSession`; both are plain picklable objects, since the distributed executor
-sends them to its rank processes.
+"""What the profiler adds to a distributed layer run: a trace written by each rank process itself. A step
+observer (`mla_debug.parallel.observe`), handed to runs by an active `ProfileSession`; a plain picklable
+object, since the distributed executor sends it to its rank processes. (The per-step ranges every run
+carries are `parallel.observe.ProfilerRanges`.)
 """
 
 from __future__ import annotations
@@ -10,14 +10,6 @@ import torch
 
 from .._stdio import quiet_profiler
 from ..parallel.observe import StepObserver
-
-
-class StepRanges(StepObserver):
-    """A ``mla.<step>[<kernel>]`` profiler range around every step: the trace analysis (`trace.py`)
-    attributes each op and kernel to its step through them. Costs a few microseconds per step."""
-
-    def around_step(self, step: str, label: str):
-        return torch.profiler.record_function(label)
 
 
 class RankTraces(StepObserver):

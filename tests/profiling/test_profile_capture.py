@@ -228,23 +228,26 @@ def test_metadata_is_what_the_runs_inside_report(tiny, profiles):
 def test_a_session_observes_only_while_it_is_open(tiny, profiles):
     from mla_debug.parallel.observe import step_observers
 
-    assert step_observers("simulated") == []
+    def kinds(executor: str) -> list[str]:
+        return [type(o).__name__ for o in step_observers(executor)]
+
+    assert kinds("simulated") == kinds("distributed") == ["ProfilerRanges"]
     with md.profile(out_dir=profiles) as session:
-        kinds = [type(o).__name__ for o in step_observers("distributed")]
-        assert kinds == ["StepRanges", "RankTraces"]
-        assert [type(o).__name__ for o in step_observers("simulated")] == ["StepRanges"]
-    assert step_observers("simulated") == [] and session.runs == []
+        assert kinds("distributed") == ["ProfilerRanges", "RankTraces"]
+        assert kinds("simulated") == ["ProfilerRanges"]
+    assert kinds("distributed") == ["ProfilerRanges"] and session.runs == []
     # A run after the session is neither observed nor announced to it.
     md.run_layer(*tiny)
     assert session.runs == [] and session.metadata["model"] is None
 
 
 def test_step_observers_travel_to_rank_processes_by_pickle(tmp_path):
-    from mla_debug.profiling.observers import RankTraces, StepRanges
+    from mla_debug.parallel.observe import ProfilerRanges
+    from mla_debug.profiling.observers import RankTraces
 
     again = pickle.loads(pickle.dumps(RankTraces(str(tmp_path), record_shapes=False, with_cuda=False)))
     assert (again.folder, again.record_shapes, again.with_cuda) == (str(tmp_path), False, False)
-    assert isinstance(pickle.loads(pickle.dumps(StepRanges())), StepRanges)
+    assert isinstance(pickle.loads(pickle.dumps(ProfilerRanges())), ProfilerRanges)
 
 
 def test_a_distributed_run_in_a_with_block_writes_rank_traces_only(tiny, profiles):
@@ -305,3 +308,17 @@ def test_profiling_prints_no_kineto_start_stop_lines(tiny, tmp_path, capfd):
     # line. A rank may pass on other lines of its own - gloo's threads can abort noisily at process exit
     # ("terminate called without an active exception") after the run reported - which this test is not about.
     assert "profiler_start" not in captured.err and "profiler_stop" not in captured.err
+
+
+def test_a_profiler_of_the_users_own_sees_every_step_range(tiny):
+    # Not only md.profile: any torch.profiler session attributes ops to steps through the ranges.
+    with quiet_torch_profiler() as prof:
+        md.run_layer(*tiny)
+    ranges = [e.name for e in prof.events() if e.name.startswith("mla.")]
+    assert [name.split("[")[0].removeprefix("mla.") for name in ranges] == V3_PREFILL_STEPS
+
+
+def quiet_torch_profiler():
+    from mla_debug._stdio import quiet_profiler
+
+    return quiet_profiler(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]))
