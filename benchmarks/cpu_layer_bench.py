@@ -61,7 +61,7 @@ def measure(model: str, tp: int, tokens: int, repeats: int, mode: str) -> dict:
         warm_record_s=warm_on,
         warm_norecord_s=warm_off,
         peak_rss_gb=peak_rss_gb(),
-        kernels={k: v.split(":")[0] for k, v in layer.kernels.items()},
+        kernels={linear: choice.kernel for linear, choice in layer.kernels.items()},
     )
 
 

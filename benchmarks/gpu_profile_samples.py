@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.cuda.synchronize()
         trace = session.trace()
         steps = trace.per_step()
-        print(f"== {case}: {run.kernels}")
+        print(f"== {case}: { ({linear: choice.kernel for linear, choice in run.kernels.items()}) }")
         print(steps.to_string())
         print("files:", [str(p.relative_to(Path(args.out))) for p in session.trace_paths])
 

@@ -4,12 +4,14 @@
 
 The package is layered (each layer imports only those before it): numerics -> layouts -> kernels.
 Plotting and notebook helpers import lazily so ``import mla_debug`` works on a bare GPU box.
+`write_html` comes from `viz` (the HTML report is drawn from a TriageReport, so analysis never
+imports viz): ``md.write_html(result, "triage.html")`` or ``md.write_html(md.load_triage(path), ...)``.
 """
 
 from __future__ import annotations
 
 from ._version import __version__
-from .analysis import RunDiff, TriageResult, Workbench, bisect, compare, load_triage, triage
+from .analysis import RunDiff, TriageReport, TriageResult, Workbench, bisect, compare, load_triage, triage
 from .kernels import (
     BlockScaledLinear,
     GemmCall,
@@ -58,15 +60,17 @@ from .numerics import (
     fp8_ulp_distance,
     quant_flavor,
 )
-from .parallel import LayerRun, MLALayer, run_layer
+from .parallel import LayerRun, MLALayer, Patch, run_layer
 from .profiling import Trace, compare_traces, load_trace, profile
 from .scenarios import SCENARIOS, Scenario, scenario, scenario_names
+from .viz import write_html
 
 __all__ = [
     "E4M3FN",
     "E4M3FNUZ",
     "BlockScaledLinear",
     "RunDiff",
+    "TriageReport",
     "TriageResult",
     "Workbench",
     "bisect",
@@ -84,6 +88,7 @@ __all__ = [
     "LayerRun",
     "MLAConfig",
     "MLALayer",
+    "Patch",
     "Platform",
     "QuantFlavor",
     "QuantizedActivation",
@@ -125,4 +130,5 @@ __all__ = [
     "shuffle_period",
     "shuffle_weight",
     "unshuffle_weight",
+    "write_html",
 ]

@@ -20,7 +20,6 @@ from mla_debug.cli import build_parser, main
 from mla_debug.cli.main import _error_text
 from mla_debug.cli.triage import render
 from mla_debug.model import PRESETS
-from mla_debug.model.checkpoint import hf_config
 
 
 def test_kernel_demo_reproduces_the_three_bugs(capsys):
@@ -44,6 +43,27 @@ def test_kernels_lists_every_kernel_with_its_flags(capsys):
         assert name in out
     bpre = next(line for line in out.splitlines() if line.startswith("aiter-bpreshuffle "))
     assert bpre.split()[1:3] == ["yes", "yes"]
+
+
+def test_kernels_lists_the_norm_quant_backends_per_device(capsys, monkeypatch):
+    from mla_debug.normquant import NORM_QUANT_BACKENDS, register_backend, unregister_backend
+    from mla_debug.normquant.reference import _torch_backend
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # Triton's interpreter serves CPU tensors only when named
+    register_backend("cpu-only", _torch_backend, lambda d: None if d.type == "cpu" else "CPU only", description="x")
+    try:
+        assert main(["kernels"]) == 0
+    finally:
+        unregister_backend("cpu-only")
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("norm+quant backend  ")))
+    rows = {tuple(line.split()[:3]) for line in lines[start + 1 :] if not line.startswith("'auto'")}
+    # Every registered backend has a row for the CPU: a registered one shows up without being named.
+    assert {(name, "cpu") for name in [*NORM_QUANT_BACKENDS.names(), "cpu-only"]} <= {row[:2] for row in rows}
+    assert ("torch", "cpu", "yes") in rows and ("cpu-only", "cpu", "yes") in rows
+    triton = next(row for row in rows if row[:2] == ("triton", "cpu"))
+    assert triton[2] in ("by", "no")  # "by name" under the interpreter where Triton is installed
+    assert lines[-1].startswith("'auto' picks torch for cpu tensors")
 
 
 def test_select_explains_the_choice(capsys):
@@ -214,7 +234,7 @@ def test_triage_checks_tp_against_a_checkpoint_config_before_reading_tensors(no_
     # config.json alone: the tensors are never reached, so a folder without them shows the order.
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(hf_config(MLAConfig.preset("deepseek-v3"))))
+    (folder / "config.json").write_text(json.dumps(MLAConfig.preset("deepseek-v3").to_hf()))
     assert main(["triage", "--checkpoint", str(folder), "--tp", "2", "3"]) == 2
     assert capsys.readouterr().err == "mla-debug triage: error: ckpt: tp_size=3 does not divide num_heads=128\n"
     assert main(["triage", "--checkpoint", str(tmp_path / "none")]) == 2
@@ -377,7 +397,7 @@ def _result(violations: str, step: str = "absorbed_decode_with_a_long_step_name"
         culprits=[],
         culprit_groups=[],
         unresolved=[],
-        configs=[SimpleNamespace(verdict="diverged"), SimpleNamespace(verdict="ok")],
+        diverged_runs=[SimpleNamespace(verdict="diverged")],
         bisection=SimpleNamespace(trials=0),
         provenance=None,
     )

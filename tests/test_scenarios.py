@@ -12,6 +12,7 @@ import torch
 import yaml
 
 import mla_debug as md
+from mla_debug.normquant import NORM_QUANT_BACKENDS
 from mla_debug.scenarios import ModelBehaviour
 
 BUILTIN = ["reference", "vllm-baseline", "vllm-pr51692", "vllm-pr56433", "nvidia-cublas"]
@@ -234,8 +235,8 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
         ),
         (
             "behaviour",
-            {"v4_norm_quant_backend": "cuda"},
-            "'behaviour.v4_norm_quant_backend' must be one of auto, torch, triton, aiter, aiter-triton, got 'cuda' (str)",
+            {"v4_norm_quant_backend": 1},
+            "'behaviour.v4_norm_quant_backend' must be a norm+quant backend name (string), got 1 (int)",
         ),
         (
             "kernel_options",
@@ -281,6 +282,37 @@ def test_unknown_kernel_names_give_the_registrys_error(data, where):
     with pytest.raises(ValueError) as err:
         md.Scenario.from_dict({"name": "x", **data})
     assert str(err.value) == f"scenario 'x': {where}: unknown kernel 'aiter-fast'; {REGISTRY}"
+
+
+def test_unknown_norm_quant_backends_give_the_registrys_error_like_kernels():
+    with pytest.raises(ValueError) as err:
+        md.Scenario.from_dict({"name": "x", "behaviour": {"v4_norm_quant_backend": "cuda"}})
+    backends = ", ".join(NORM_QUANT_BACKENDS.names())
+    assert str(err.value) == (
+        f"scenario 'x': behaviour.v4_norm_quant_backend: unknown norm+quant backend 'cuda'; "
+        f"registered norm+quant backends: {backends} (or 'auto')"
+    )
+    assert {"torch", "triton", "aiter"} <= set(NORM_QUANT_BACKENDS.names())
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch", "triton", "aiter"])
+def test_every_registered_norm_quant_backend_and_auto_are_accepted(backend):
+    scenario = md.Scenario.from_dict({"name": "x", "behaviour": {"v4_norm_quant_backend": backend}})
+    assert scenario.behaviour.v4_norm_quant_backend == backend
+
+
+def test_a_backend_registered_later_is_a_valid_scenario_name_until_unregistered():
+    from mla_debug.normquant import register_backend, unregister_backend
+    from mla_debug.normquant.reference import _torch_backend
+
+    data = {"name": "x", "behaviour": {"v4_norm_quant_backend": "my-backend"}}
+    register_backend("my-backend", _torch_backend)
+    try:
+        assert md.Scenario.from_dict(data).behaviour.v4_norm_quant_backend == "my-backend"
+    finally:
+        unregister_backend("my-backend")
+    with pytest.raises(ValueError, match="unknown norm\\+quant backend 'my-backend'"):
+        md.Scenario.from_dict(data)
 
 
 @pytest.mark.parametrize(

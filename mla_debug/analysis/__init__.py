@@ -1,4 +1,5 @@
-"""Layout contracts, run diffs, TP triage and culprit bisection; the fused norm+quant accuracy study."""
+"""Run diffs, TP triage, culprit bisection and activation patching, triage reports as plain data; the fused
+norm+quant accuracy study."""
 
 from .bisection import BisectStats, Culprit, KnownFix, Remedy
 from .changes import Change, RemedyKind, candidate_changes, candidate_workarounds
@@ -7,8 +8,9 @@ from .noise import DIVERGENCE_FACTOR, MIN_THRESHOLD, dense_twin, step_floor
 from .normquant_accuracy import PATHS, NormQuantAccuracy, fp8_spacing, measure_accuracy, rmsnorm_truth
 from .normquant_inputs import DISTRIBUTIONS, NormQuantInputs, distribution_names, make_inputs
 from .normquant_study import NormQuantStudy, accuracy_study
+from .patching import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery, confirm_by_patching, patch_steps
 from .provenance import Provenance, WeightsSource
-from .report_json import SavedTriage, load_triage
+from .report import BlockErrors, RunReport, TriageReport, load_triage, write_json
 from .triage import ConfigResult, CulpritGroup, TriageResult, Workbench, bisect, triage
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "MIN_THRESHOLD",
     "PATHS",
     "BisectStats",
+    "BlockErrors",
     "Change",
     "ConfigResult",
     "Culprit",
@@ -25,12 +28,17 @@ __all__ = [
     "NormQuantAccuracy",
     "NormQuantInputs",
     "NormQuantStudy",
+    "PatchConfirmation",
+    "PatchResult",
+    "PatchVerdict",
     "Provenance",
     "Remedy",
     "RemedyKind",
     "RunDiff",
-    "SavedTriage",
+    "RunReport",
     "StepDiff",
+    "StepRecovery",
+    "TriageReport",
     "TriageResult",
     "WeightsSource",
     "Workbench",
@@ -40,13 +48,16 @@ __all__ = [
     "candidate_changes",
     "candidate_workarounds",
     "compare",
+    "confirm_by_patching",
     "dense_twin",
     "distribution_names",
     "fp8_spacing",
     "load_triage",
     "make_inputs",
     "measure_accuracy",
+    "patch_steps",
     "rmsnorm_truth",
     "step_floor",
     "triage",
+    "write_json",
 ]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._progress import progress
 from ..layouts import ContractViolation
@@ -45,6 +46,7 @@ from .changes import (
     explain,
 )
 from .diff import RunDiff
+from .json_numbers import float_from_json, float_to_json
 from .noise import DIVERGENCE_FACTOR
 
 MAX_CODE_CHANGES = 3
@@ -139,6 +141,40 @@ class Culprit:
     violations: list[ContractViolation] = field(default_factory=list)
     trials: int = 0  # changed scenarios run (or reused) for this configuration
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data; `from_dict` gives an equal Culprit back."""
+        return {
+            "tp": self.tp,
+            "mode": self.mode,
+            "step": self.step,
+            "change": self.change,
+            "explanation": self.explanation,
+            "layer": self.layer,
+            "changes": [c.to_dict() for c in self.changes],
+            "code_fixes": [r.to_dict() for r in self.code_fixes],
+            "workarounds": [r.to_dict() for r in self.workarounds],
+            "known_fix": self.known_fix.to_dict() if self.known_fix else None,
+            "violations": [v.to_dict() for v in self.violations],
+            "trials": self.trials,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Culprit:
+        return cls(
+            tp=int(data["tp"]),
+            mode=str(data["mode"]),
+            step=str(data["step"]),
+            layer=str(data.get("layer", "")),
+            change=str(data["change"]),
+            explanation=str(data["explanation"]),
+            changes=[Change.from_dict(c) for c in data.get("changes", [])],
+            code_fixes=[Remedy.from_dict(r) for r in data.get("code_fixes", [])],
+            workarounds=[Remedy.from_dict(r) for r in data.get("workarounds", [])],
+            known_fix=KnownFix.from_dict(data["known_fix"]) if data.get("known_fix") else None,
+            violations=[ContractViolation.from_dict(v) for v in data.get("violations", [])],
+            trials=int(data.get("trials", 0)),
+        )
+
     @property
     def group_key(self) -> tuple:
         """Culprits with one key read the same apart from TP size and mode (see TriageResult.culprit_groups)."""
@@ -183,6 +219,26 @@ class BisectStats:
     reused: int = 0  # trials answered from an identical effective configuration
     skipped: int = 0  # sets never tried: one of their changes provably cannot matter
     elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trials": self.trials,
+            "runs": self.runs,
+            "reused": self.reused,
+            "skipped": self.skipped,
+            "elapsed_s": float_to_json(self.elapsed_s),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BisectStats:
+        elapsed = float_from_json(data.get("elapsed_s"), "bisection.elapsed_s")
+        return cls(
+            trials=int(data.get("trials", 0)),
+            runs=int(data.get("runs", 0)),
+            reused=int(data.get("reused", 0)),
+            skipped=int(data.get("skipped", 0)),
+            elapsed_s=0.0 if elapsed is None else elapsed,
+        )
 
 
 def progress_bar(total: int | None, enabled: bool | None, desc: str, unit: str = "run"):

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from ..kernels import kernel_class, kernel_names
+from ..kernels import KernelChoice, kernel_class, kernel_names
+from ..kernels.choice import DENSE
 from ..layouts import ContractViolation, ViolationKind
 from ..scenarios import Scenario
 
@@ -31,7 +32,7 @@ BEHAVIOUR_FIXES = {
 }
 
 # Kernels that are no fault to remove: the yardstick itself and unquantized weights.
-_NOT_CANDIDATES = ("torch-reference", "dense (unquantized)")
+_NOT_CANDIDATES = ("torch-reference", DENSE)
 
 
 class RemedyKind(str, Enum):
@@ -109,10 +110,6 @@ def env_setting(changes) -> str | None:
     return f"{DISABLED_KERNELS_ENV}={','.join(names)}"
 
 
-def _kernel(description: str) -> str:
-    return description.split(":")[0]
-
-
 def _runners_as(kernel: str, used: set[str]) -> list[str]:
     """The kernels that ran in place of `kernel` (stand-ins such as triton-bpreshuffle for aiter-bpreshuffle)."""
     return sorted(name for name in used if name in kernel_names() and kernel_class(name).stands_in_for == kernel)
@@ -127,16 +124,16 @@ def vllm_class_name(kernel: str) -> str | None:
     return None
 
 
-def candidate_changes(scenario: Scenario, kernels: dict[str, str], cfg) -> list[Change]:
+def candidate_changes(scenario: Scenario, kernels: dict[str, KernelChoice], cfg) -> list[Change]:
     """Every single code change that could matter for a run with these per-layer kernels."""
     changes = []
-    for layer, description in kernels.items():
-        kernel = _kernel(description)
+    for layer, choice in kernels.items():
+        kernel = choice.kernel
         if kernel not in _NOT_CANDIDATES:
             changes.append(
                 Change(KERNEL_TO_REFERENCE, layer, f"running {layer} through torch-reference instead of {kernel}")
             )
-    used = {_kernel(description) for description in kernels.values()}
+    used = {choice.kernel for choice in kernels.values()}
     for kernel, options in scenario.kernel_options.items():
         if options.get("honour_layer_flags") is False:
             flags = "skip_weight_relayout" if cfg.arch == "v3" else "is_bmm / skip_weight_relayout"
@@ -152,13 +149,13 @@ def candidate_changes(scenario: Scenario, kernels: dict[str, str], cfg) -> list[
     return changes
 
 
-def candidate_workarounds(scenario: Scenario, kernels: dict[str, str]) -> list[Change]:
+def candidate_workarounds(scenario: Scenario, kernels: dict[str, KernelChoice]) -> list[Change]:
     """One kernel disable per kernel that took a layer in this run (what VLLM_DISABLED_KERNELS does).
 
     A stand-in is disabled through the kernel it stands in for - the name a vLLM user would write.
     """
     changes = []
-    for ran in dict.fromkeys(_kernel(d) for d in kernels.values()):
+    for ran in dict.fromkeys(choice.kernel for choice in kernels.values()):
         if ran in _NOT_CANDIDATES or ran not in kernel_names():
             continue
         target = kernel_class(ran).stands_in_for or ran

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from ..layouts import ContractViolation, ViolationKind
+from ..kernels import KernelChoice
+from ..layouts import ContractViolation, ScaleRead, ViolationKind, WeightLayout
+from ..model.program import STEP_LINEARS
+from ..model.records import StepStats
 from ..numerics import cosine, max_abs, rel_l2, snr_db
+from .json_numbers import float_from_json, float_to_json
 from .noise import DIVERGENCE_FACTOR, threshold
 
 # What each broken contract means, in words (the classification of a divergent step).
@@ -23,11 +28,20 @@ CLASSIFICATION = {
 
 @dataclass
 class StepDiff:
+    """One step of a run against the same step of its reference: plain data, no tensors.
+
+    ``kernel``/``reference_kernel`` name the kernels that ran; ``selection`` is why the step's linear got
+    its kernel at load (None for a step without a linear). ``scale_layout`` and ``weight_layout`` are
+    the layouts the step consumed (see StepRecord). Errors are relative L2, max |a - b|, cosine and
+    SNR of the whole output; ``floor``/``threshold`` the step's yardsticks (None without a noise floor);
+    ``stats`` the run output's amax and NaN/Inf counts.
+    """
+
     name: str
     kernel: str | None
     reference_kernel: str | None
-    scale_layout: str | None
-    weight_layout: str | None
+    scale_layout: ScaleRead | None
+    weight_layout: WeightLayout | None
     violations: list[ContractViolation]
     rel_err: float
     max_abs: float
@@ -37,10 +51,74 @@ class StepDiff:
     threshold: float | None
     diverged: bool
     classification: str
+    selection: KernelChoice | None = None
+    stats: StepStats | None = None
 
     @property
     def effective_violations(self) -> list[ContractViolation]:
         return [v for v in self.violations if v.effective]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data (`from_dict` gives an equal StepDiff back; NaN/Inf spelled as strings)."""
+        stats = self.stats
+        return {
+            "name": self.name,
+            "kernel": self.kernel,
+            "reference_kernel": self.reference_kernel,
+            "selection": self.selection.to_dict() if self.selection is not None else None,
+            "scale_layout": self.scale_layout.to_dict() if self.scale_layout is not None else None,
+            "weight_layout": self.weight_layout.to_dict() if self.weight_layout is not None else None,
+            "violations": [v.to_dict() for v in self.violations],
+            "rel_err": float_to_json(self.rel_err),
+            "max_abs": float_to_json(self.max_abs),
+            "cosine": float_to_json(self.cosine),
+            "snr_db": float_to_json(self.snr_db),
+            "floor": float_to_json(self.floor),
+            "threshold": float_to_json(self.threshold),
+            "diverged": self.diverged,
+            "classification": self.classification,
+            "stats": None if stats is None else {"amax": float_to_json(stats.amax), "nan": stats.nan, "inf": stats.inf},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepDiff:
+        name = data["name"]
+
+        def number(key: str) -> float:
+            value = float_from_json(data.get(key), f"step {name}: {key}")
+            return math.nan if value is None else value
+
+        stats = data.get("stats")
+        selection, scale, weight = data.get("selection"), data.get("scale_layout"), data.get("weight_layout")
+        return cls(
+            name=name,
+            kernel=data.get("kernel"),
+            reference_kernel=data.get("reference_kernel"),
+            selection=KernelChoice.from_dict(selection) if selection is not None else None,
+            scale_layout=ScaleRead.from_dict(scale) if scale is not None else None,
+            weight_layout=WeightLayout.from_dict(weight) if weight is not None else None,
+            violations=[ContractViolation.from_dict(v) for v in data.get("violations", [])],
+            rel_err=number("rel_err"),
+            max_abs=number("max_abs"),
+            cosine=number("cosine"),
+            snr_db=number("snr_db"),
+            floor=float_from_json(data.get("floor"), f"step {name}: floor"),
+            threshold=float_from_json(data.get("threshold"), f"step {name}: threshold"),
+            diverged=bool(data.get("diverged", False)),
+            classification=str(data.get("classification", "")),
+            stats=None if stats is None else _stats_from_json(stats, name),
+        )
+
+
+def _stats_from_json(data: dict[str, Any], step: str) -> StepStats:
+    amax = float_from_json(data.get("amax"), f"step {step}: stats.amax")
+    return StepStats(amax=math.nan if amax is None else amax, nan=int(data.get("nan", 0)), inf=int(data.get("inf", 0)))
+
+
+def worst_step(steps) -> StepDiff | None:
+    """The step with the largest error: among the finite ones when there are any, else a non-finite one."""
+    scored = [s for s in steps if math.isfinite(s.rel_err)] or list(steps)
+    return max(scored, key=lambda s: s.rel_err if math.isfinite(s.rel_err) else math.inf, default=None)
 
 
 @dataclass
@@ -62,8 +140,7 @@ class RunDiff:
 
     @property
     def worst(self) -> StepDiff | None:
-        scored = [s for s in self.steps if math.isfinite(s.rel_err)] or self.steps
-        return max(scored, key=lambda s: s.rel_err if math.isfinite(s.rel_err) else math.inf, default=None)
+        return worst_step(self.steps)
 
     @property
     def diverged(self) -> bool:
@@ -77,30 +154,10 @@ class RunDiff:
 
     @property
     def table(self):
-        """pandas DataFrame, one row per step."""
-        import pandas as pd
+        """pandas DataFrame, one row per step (see `analysis.tables.steps_frame`)."""
+        from .tables import steps_frame
 
-        return pd.DataFrame(
-            [
-                dict(
-                    step=s.name,
-                    kernel=s.kernel,
-                    reference_kernel=s.reference_kernel,
-                    scale_layout=s.scale_layout,
-                    weight_layout=s.weight_layout,
-                    violations="; ".join(str(v) for v in s.violations),
-                    rel_err=s.rel_err,
-                    max_abs=s.max_abs,
-                    cosine=s.cosine,
-                    snr_db=s.snr_db,
-                    floor=s.floor,
-                    threshold=s.threshold,
-                    diverged=s.diverged,
-                    classification=s.classification,
-                )
-                for s in self.steps
-            ]
-        )
+        return steps_frame(self.steps)
 
 
 def classify(diverged: bool, violations: list[ContractViolation], rel_err: float) -> str:
@@ -146,6 +203,8 @@ def compare(run, reference, floor: dict[str, float] | None = None, factor: float
                 threshold=limit,
                 diverged=diverged,
                 classification=classify(diverged, record.violations, err),
+                selection=run.kernels.get(STEP_LINEARS.get(name, "")),
+                stats=record.stats,
             )
         )
     return diff
@@ -162,6 +221,18 @@ def _verdict(name: str, record, ref, floor: dict[str, float] | None, factor: flo
     effective = any(v.effective for v in record.violations)
     diverged = (not math.isfinite(err)) or (limit is not None and err > limit) or (limit is None and effective)
     return err, step_floor, limit, diverged
+
+
+def step_verdict(
+    record, reference, floor: dict[str, float] | None = None, factor: float = DIVERGENCE_FACTOR
+) -> tuple[float, float | None, float | None, bool] | None:
+    """(rel_err, floor, threshold, diverged) of one step's record against the same step of `reference`
+    (a LayerRun) by the rule of `compare`, without compare's other metrics; None where compare skips
+    the step (the reference lacks it, or either side has no output)."""
+    ref = reference.records.get(record.name)
+    if ref is None or record.output is None or ref.output is None:
+        return None
+    return _verdict(record.name, record, ref, floor, factor)
 
 
 def diverges(record, reference, floor: dict[str, float] | None = None, factor: float = DIVERGENCE_FACTOR) -> bool:

@@ -29,14 +29,17 @@ from typing import Any
 
 import torch
 
-from ..kernels import KernelPolicy, TunedTable
+from ..kernels import KernelChoice, KernelPolicy, TunedTable
 from ..model.attention_v4 import MODEL_SHUFFLED
 from ..model.linear import DenseLinear, QuantizedLinear
 from ..model.records import StepRecord
 from ..numerics import E4M3FN, E4M3FNUZ
 from ..parallel.build import LayerBuilder
 from ..parallel.gather import gather_step
-from ..parallel.layer_run import LayerRun
+from ..parallel.hooks import hook_table
+from ..parallel.layer_run import LayerRun, assemble_run
+from ..parallel.observe import step_observers
+from ..parallel.patch import Patch
 from ..parallel.run import MODES, check_inputs
 from ..parallel.sharding import REPLICATED, full_weight, linear_specs, shard
 from ..parallel.simulated import run_lockstep
@@ -261,8 +264,8 @@ class LayerCache:
             self._policies[key] = scen.policy(self.platform, tuned=self.tuned(scen))
         return self._policies[key]
 
-    def selection(self, scen: Scenario, tp: int) -> dict[str, tuple[tuple, ModelBehaviour | None, str]]:
-        """Per linear: (kernel config, model-side behaviour it depends on, 'kernel: reason'), as a load
+    def selection(self, scen: Scenario, tp: int) -> dict[str, tuple[tuple, ModelBehaviour | None, KernelChoice]]:
+        """Per linear: (kernel config, model-side behaviour it depends on, the KernelChoice), as a load
         would choose them, without loading anything. Raises ValueError when no kernel can take a linear."""
         key = (_scenario_key(scen), tp)
         if key in self._selections:
@@ -275,12 +278,12 @@ class LayerCache:
             weight = shard(self._full[spec.name], spec, tp, 0)
             model_side = scen.behaviour if self.cfg.arch == "v4" and spec.name in MODEL_SHUFFLED else None
             if isinstance(weight, torch.Tensor):
-                out[spec.name] = ((DENSE,), model_side, DENSE)
+                out[spec.name] = ((DENSE,), model_side, KernelChoice.dense())
                 continue
             # QuantizedLinear.load converts e4m3fn weights for an e4m3fnuz platform before selecting.
             fmt = self.platform.fp8 if weight.fmt is E4M3FN and self.platform.fp8 is E4M3FNUZ else weight.fmt
-            kernel, reason = policy.select(spec.name, weight.n, weight.k, self.platform, fmt=fmt)
-            out[spec.name] = (kernel_config(kernel), model_side, reason)
+            kernel, choice = policy.choose(spec.name, weight.n, weight.k, self.platform, fmt=fmt)
+            out[spec.name] = (kernel_config(kernel), model_side, choice)
         self._selections[key] = out
         return out
 
@@ -312,15 +315,17 @@ class LayerCache:
         hidden: torch.Tensor,
         positions: torch.Tensor,
         until: Callable[[StepRecord], bool] | None = None,
+        patch: Patch | None = None,
     ) -> ReuseRun:
         """The layer under `scen` at `tp` in `mode`, gathered like `MLALayer.run`, with step accesses.
 
         `until(record)` is asked after each gathered step; True ends the run there (the run then holds
         the steps up to and including that one) - a bisection trial needs no step past the first that
-        diverges.
+        diverges. `patch` substitutes a reference run's outputs at some steps (`parallel.patch`).
         """
         self.cfg.check_tp(tp)
         positions = check_inputs(self.cfg, self.ckpt, hidden, positions, mode)
+        table = hook_table(None, patch, tp)
         self.focus(tp)
         selection = self.selection(scen, tp)
         keys = self.linear_keys(scen, tp)
@@ -332,22 +337,23 @@ class LayerCache:
             layer.linears = _RecordingLinears(layer.linears, sink)
         records, per_rank, accessed = {}, {}, []
         device = self.ckpt.tensors[next(iter(self.ckpt.tensors))].device
-        for name, step_records in run_lockstep(ranks, hidden.to(device), positions.to(device), mode):
+        steps = run_lockstep(ranks, hidden.to(device), positions.to(device), mode, table, step_observers("simulated"))
+        for name, step_records in steps:
             per_rank[name] = step_records
             records[name] = gather_step(step_records)
             accessed.append(sink.take())
             if until is not None and until(records[name]):
                 break
         linears = dict.items(ranks[0].linears)  # read without recording: the run is over
-        run = LayerRun(
-            model=self.cfg.name,
-            tp_size=tp,
-            mode=mode,
-            platform=self.platform.name,
-            scenario=scen.name,
-            executor="simulated",
-            records=records,
-            per_rank=per_rank,
+        run = assemble_run(
+            self.cfg,
+            tp,
+            mode,
+            self.platform.name,
+            scen.name,
+            "simulated",
+            records,
+            per_rank,
             kernels={name: selection[name][2] for name, _ in linears},
             events={name: _events(linear, selection[name][2]) for name, linear in linears},
         )
@@ -382,14 +388,14 @@ class LayerCache:
         self._focus = None
 
 
-def _events(linear, reason: str) -> list[str]:
+def _events(linear, choice: KernelChoice) -> list[str]:
     """The linear's load history with the kernel-choice line in this scenario's words: a shared linear
     was loaded once, maybe under another scenario whose reason text differs (same kernel, same bytes)."""
     block = getattr(linear, "block", None)
     if block is None:
         return list(linear.events)
     loaded = f"kernel {block.kernel.name}: {block.kernel_reason}"
-    return [f"kernel {block.kernel.name}: {reason}" if event == loaded else event for event in linear.events]
+    return [f"kernel {block.kernel.name}: {choice}" if event == loaded else event for event in linear.events]
 
 
 def _scenario_key(scen: Scenario) -> str:

@@ -8,6 +8,7 @@ comparing numbers; nothing is looked up in a table of known answers.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,14 +17,18 @@ import torch
 from ..kernels import TunedTable
 from ..model import Checkpoint, MLAConfig
 from ..model.preflight import check_layer_options
-from ..parallel import MLALayer, check_device
+from ..parallel import MLALayer, Patch, check_device
+from ..parallel.observe import RunDescription, announce, parts_of_one_result
 from ..scenarios import SCENARIOS, Scenario
 from ..scenarios import scenario as scenario_of
 from .bisection import Bisector, BisectStats, Culprit, CulpritGroup, KnownFix, Remedy, group_culprits, progress_bar
-from .diff import RunDiff, compare, diverges
+from .diff import RunDiff, block_errors, compare, diverges
 from .noise import DIVERGENCE_FACTOR, dense_twin, step_floor
+from .patching import PatchConfirmation, confirm_by_patching
 from .provenance import Provenance, collect
+from .report import RunReport, TriageReport, report_of, write_json
 from .reuse import LayerCache
+from .tables import error_matrix_frame, summary_frame
 
 MODES = ("prefill", "decode")
 
@@ -33,6 +38,7 @@ __all__ = [
     "Culprit",
     "CulpritGroup",
     "KnownFix",
+    "PatchConfirmation",
     "Remedy",
     "TriageResult",
     "Workbench",
@@ -125,6 +131,15 @@ class Workbench:
             return layer.run(self.hidden, self.positions, mode), None
         traced = self.cache.run(scen, tp, mode, self.hidden, self.positions)
         return traced.run, traced.accessed
+
+    def patched_run(self, scen: Scenario | str, tp: int, mode: str, patch: Patch):
+        """The run of `scen` at (tp, mode) on the workbench's inputs with `patch` applied (activation
+        patching, `analysis.patching`); reuses loaded linears and the GEMM results up to the patch."""
+        scen = scenario_of(scen)
+        if self.cache is None:
+            layer = MLALayer(self.cfg, self.ckpt, tp, self.platform, scen, device=self.device)
+            return layer.run(self.hidden, self.positions, mode, patch=patch)
+        return self.cache.run(scen, tp, mode, self.hidden, self.positions, patch=patch).run
 
     def diff(self, scen: Scenario | str, tp: int, mode: str, factor: float = DIVERGENCE_FACTOR) -> RunDiff:
         return self.traced_diff(scen, tp, mode, factor)[0]
@@ -246,6 +261,15 @@ class ConfigResult:
 
 @dataclass
 class TriageResult:
+    """A live TP triage: every configuration's RunDiff (with the runs' tensors), culprits, provenance,
+    and for every diverged configuration the activation-patching check of its first divergent step
+    (`patching[(tp, mode)]`, a `PatchConfirmation`: does substituting the reference's output there
+    restore everything downstream, and if not, which further steps must be patched?).
+
+    `report()` is the same as plain data - what the HTML report (`md.write_html`), the terminal and a
+    saved JSON show; `to_json` writes it.
+    """
+
     model: str
     platform: str
     scenario: str
@@ -260,6 +284,21 @@ class TriageResult:
     device: str = "cpu"
     provenance: Provenance | None = None
     bisection: BisectStats = field(default_factory=BisectStats)
+    patching: dict[tuple[int, str], PatchConfirmation] = field(default_factory=dict)
+    _report: TriageReport | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def description(self) -> RunDescription:
+        """What was triaged (the TP sizes and modes as tuples); the runs ran in this process."""
+        return RunDescription(
+            model=self.model,
+            platform=self.platform,
+            scenario=self.scenario,
+            tp=tuple(self.tp_sizes),
+            mode=tuple(self.modes),
+            tokens=self.tokens,
+            executor="simulated",
+        )
 
     @property
     def culprit_groups(self) -> list[CulpritGroup]:
@@ -275,35 +314,15 @@ class TriageResult:
 
     @property
     def summary(self):
-        """pandas DataFrame: one row per (TP size, mode)."""
-        import pandas as pd
-
-        rows = []
-        for c in self.configs:
-            worst = c.diff.worst
-            kinds = sorted({str(v.kind) for s in c.diff.steps for v in s.effective_violations})
-            rows.append(
-                dict(
-                    tp=c.tp,
-                    mode=c.mode,
-                    verdict=c.verdict,
-                    first_divergent_step=c.diff.first_divergent_step,
-                    worst_step=worst.name if worst else None,
-                    worst_rel_err=worst.rel_err if worst else None,
-                    violations=", ".join(kinds),
-                )
-            )
-        return pd.DataFrame(rows)
+        """pandas DataFrame: one row per (TP size, mode) (see `analysis.tables.summary_frame`)."""
+        return summary_frame(RunReport.of(c) for c in self.configs)
 
     def step_table(self, tp: int, mode: str):
         return self.config(tp, mode).diff.table
 
     def error_matrix(self, mode: str):
         """pandas DataFrame of relative error: rows TP sizes, columns steps (in order)."""
-        import pandas as pd
-
-        rows = {c.tp: {s.name: s.rel_err for s in c.diff.steps} for c in self.configs if c.mode == mode}
-        return pd.DataFrame.from_dict(rows, orient="index")
+        return error_matrix_frame((RunReport.of(c) for c in self.configs), mode)
 
     def default_step(self, tp: int, mode: str) -> str:
         """The step worth opening first: the first divergent one, else the worst."""
@@ -312,27 +331,30 @@ class TriageResult:
 
     def block_errors(self, tp: int, mode: str, step: str | None = None) -> torch.Tensor:
         """(tokens, 128-column blocks) relative error of `step` (default: `default_step`)."""
-        from .diff import block_errors
-
         c = self.config(tp, mode)
         name = step or self.default_step(tp, mode)
         return block_errors(c.diff.run.records[name].output, c.diff.reference.records[name].output)
 
-    def to_dict(self) -> dict:
-        """The documented JSON schema (see `analysis.report_json`)."""
-        from .report_json import triage_to_dict
+    def report(self, block_steps: Iterable[tuple[int, str, str | None]] = ()) -> TriageReport:
+        """Everything the HTML report, the terminal summary and the notebooks show, as plain data (no
+        tensors; JSON round trip). It keeps the block errors of every diverged configuration's first
+        divergent step; `block_steps` ((tp, mode, step or None for the default step)) adds others.
+        The report without extra blocks is made once and then reused."""
+        block_steps = tuple(block_steps)
+        if block_steps:
+            return report_of(self, block_steps)
+        if self._report is None:
+            self._report = report_of(self)
+        return self._report
 
-        return triage_to_dict(self)
+    def to_dict(self) -> dict:
+        """The report's JSON data (schema 3; see `analysis.report`)."""
+        return self.report().to_dict()
 
     def to_json(self, path) -> Path:
-        from .report_json import write_json
-
-        return write_json(self, path)
-
-    def to_html(self, path) -> Path:
-        from ..viz.report import write_html
-
-        return write_html(self, path)
+        """Write the report as JSON; never overwrites (a taken name gets `stem-2.json`). The HTML report
+        is drawn by `mla_debug.viz` (``md.write_html(result, path)``)."""
+        return write_json(self.report(), path)
 
 
 def bisect(
@@ -350,7 +372,20 @@ def bisect(
     >>> culprit = md.bisect(md.Workbench("mini"), "vllm-pr51692", 4, "decode")
     >>> culprit.explanation, culprit.workarounds[0].setting, culprit.known_fix
     """
-    return Bisector(bench, scenario_of(scen), factor, progress).bisect(tp, mode, max_changes=max_changes)
+    with parts_of_one_result():  # its trial runs are not results of their own
+        return Bisector(bench, scenario_of(scen), factor, progress).bisect(tp, mode, max_changes=max_changes)
+
+
+def _confirm(bench: Workbench, scen: Scenario, c: ConfigResult, factor: float, done: dict) -> PatchConfirmation:
+    """The patching confirmation of one diverged configuration, run right after its bisection (the
+    decoded weights of its TP size are still held). A mode that provably computes what an earlier
+    one did (`Workbench.twin_mode`: DeepSeek-V4's prefill and decode) takes that mode's confirmation."""
+    twin = bench.twin_mode(c.tp, c.mode)
+    if (c.tp, twin) in done and twin != c.mode:
+        programs = bench.cache.programs(scen, c.tp)
+        if programs[twin] == programs[c.mode]:
+            return done[(c.tp, twin)].in_mode(c.mode)
+    return confirm_by_patching(bench, scen, c.tp, c.mode, diff=c.diff, factor=factor)
 
 
 def triage(
@@ -367,15 +402,19 @@ def triage(
     factor: float = DIVERGENCE_FACTOR,
     progress: bool | None = None,
     device: str | None = None,
+    patching: bool = True,
 ) -> TriageResult:
     """Run the layer at every TP size and mode under `scenario`; see TriageResult.
 
     Pass a `Workbench` to reuse its checkpoint, inputs, truth and reference runs across scenarios
     (tokens default to 16 without one). Needs only the CPU; `device` ("cpu" or "cuda") defaults to the GPU
-    for an NVIDIA platform when one is visible (see `workbench_device`).
+    for an NVIDIA platform when one is visible (see `workbench_device`). With `patching` (the default)
+    every diverged configuration is run again with its first divergent step's output taken from the
+    reference, to confirm the fault is inside that step, and where it is not, with the steps that still
+    diverge patched too (`analysis.patching.confirm_by_patching`, `TriageResult.patching`).
 
     >>> result = md.triage("deepseek-v3", "mi355x", "vllm-pr51692", tp_sizes=(1, 2, 4, 8))
-    >>> result.summary; result.culprits[0].explanation
+    >>> result.summary; result.culprits[0].explanation; result.patching[(4, "decode")].verdict
     """
     start = time.perf_counter()
     scen = scenario_of(scenario)
@@ -385,44 +424,53 @@ def triage(
     if bench is None:
         # Everything cheap first: a TP size that does not divide the heads must not wait for the weights.
         check_layer_options(model, checkpoint, tp_sizes=tp_sizes, tokens=tokens)
-        bench = Workbench(model, platform, 16 if tokens is None else tokens, seed, checkpoint, device=device)
     elif tokens is not None and tokens != bench.tokens:
         raise ValueError(f"tokens={tokens} differs from the workbench's {bench.tokens}; build another Workbench")
     elif device is not None and torch.device(device).type != bench.device.type:
         raise ValueError(f"device={device!r} differs from the workbench's {bench.device}; build another Workbench")
-    for tp in tp_sizes:
-        bench.cfg.check_tp(tp)
-    configs, traces = [], {}
-    with progress_bar(len(tp_sizes) * len(modes), progress, f"triage {bench.cfg.name} {scen.name}") as bar:
+    else:
         for tp in tp_sizes:
-            for mode in modes:
-                diff, accessed = bench.traced_diff(scen, tp, mode, factor)
-                configs.append(ConfigResult(tp, mode, diff))
-                traces[(tp, mode)] = accessed
-                bar.update()
-    culprits, unresolved = [], []
-    bisector = Bisector(bench, scen, factor, progress)
-    if find_culprits:
+            bench.cfg.check_tp(tp)
+    # The many runs below are parts of the one result; it announces itself to listeners (md.profile).
+    with parts_of_one_result():
+        if bench is None:
+            bench = Workbench(model, platform, 16 if tokens is None else tokens, seed, checkpoint, device=device)
+        configs, traces = [], {}
+        with progress_bar(len(tp_sizes) * len(modes), progress, f"triage {bench.cfg.name} {scen.name}") as bar:
+            for tp in tp_sizes:
+                for mode in modes:
+                    diff, accessed = bench.traced_diff(scen, tp, mode, factor)
+                    configs.append(ConfigResult(tp, mode, diff))
+                    traces[(tp, mode)] = accessed
+                    bar.update()
+        culprits, unresolved, patched = [], [], {}
+        bisector = Bisector(bench, scen, factor, progress)
         for c in configs:
-            if c.verdict == "diverged":
+            if c.verdict != "diverged":
+                continue
+            if find_culprits:
                 culprit = bisector.bisect(c.tp, c.mode, c.diff, traces[(c.tp, c.mode)])
                 if culprit:
                     culprits.append(culprit)
                 else:
                     unresolved.append((c.tp, c.mode))
-    return TriageResult(
-        model=bench.cfg.name,
-        platform=bench.platform.name,
-        scenario=scen.name,
-        tokens=bench.tokens,
-        seed=bench.seed,
-        tp_sizes=tuple(tp_sizes),
-        modes=tuple(modes),
-        configs=configs,
-        culprits=culprits,
-        elapsed_s=time.perf_counter() - start,
-        unresolved=unresolved,
-        device=bench.device.type,
-        provenance=collect(bench, scen, factor),
-        bisection=bisector.stats,
-    )
+            if patching:
+                patched[(c.tp, c.mode)] = _confirm(bench, scen, c, factor, patched)
+        result = TriageResult(
+            model=bench.cfg.name,
+            platform=bench.platform.name,
+            scenario=scen.name,
+            tokens=bench.tokens,
+            seed=bench.seed,
+            tp_sizes=tuple(tp_sizes),
+            modes=tuple(modes),
+            configs=configs,
+            culprits=culprits,
+            elapsed_s=time.perf_counter() - start,
+            unresolved=unresolved,
+            device=bench.device.type,
+            provenance=collect(bench, scen, factor),
+            bisection=bisector.stats,
+            patching=patched,
+        )
+    return announce(result)

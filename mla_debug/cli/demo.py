@@ -13,7 +13,6 @@ import argparse
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 
 SCENARIOS = ("vllm-pr51692", "vllm-pr56433")
 DESCRIPTION = (
@@ -49,27 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def fresh_folder(root: Path, stem: str) -> Path:
-    """A new folder under `root` that did not exist before (never reuses a user's earlier run)."""
-    root.mkdir(parents=True, exist_ok=True)
-    base = f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    for n in range(1, 1000):
-        folder = root / (base if n == 1 else f"{base}-{n}")
-        try:
-            folder.mkdir()
-            return folder
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free report folder under {root}")
-
-
 def run(args: argparse.Namespace) -> int:
     """The demo on parsed options; every option is checked before the weights are built."""
     from rich.console import Console
 
-    from ..analysis import Workbench, triage
+    from .._files import fresh_folder
+    from ..analysis import Workbench, triage, write_json
     from ..kernels import platform as platform_of
     from ..model.preflight import check_layer_options
+    from ..viz import write_html
     from .common import check_output_folder
     from .triage import render
 
@@ -84,13 +71,14 @@ def run(args: argparse.Namespace) -> int:
         f"TP {' '.join(map(str, args.tp))}, prefill and decode, under {' and '.join(SCENARIOS)}"
     )
     bench = Workbench(args.model, plat, args.tokens, seed=0)
-    folder = fresh_folder(out, f"demo-{args.model}-{plat.name}")
+    # A new folder per run, named by when it started; a second run in the same second gets "-2".
+    folder = fresh_folder(out / f"demo-{args.model}-{plat.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     files = []
     for name in SCENARIOS:
-        result = triage(scenario=name, tp_sizes=tuple(args.tp), bench=bench, progress=True)
-        render(result, console)
-        files.append(result.to_html(folder / f"triage-{name}.html"))
-        files.append(result.to_json(folder / f"triage-{name}.json"))
+        report = triage(scenario=name, tp_sizes=tuple(args.tp), bench=bench, progress=True).report()
+        render(report, console)
+        files.append(write_html(report, folder / f"triage-{name}.html"))
+        files.append(write_json(report, folder / f"triage-{name}.json"))
     plain = dict(soft_wrap=True, markup=False, highlight=False)  # paths whole, a '[' in them is no markup
     console.print(f"\ndone in {time.perf_counter() - start:.1f} s; reports written to {folder.resolve()}:", **plain)
     for file in files:

@@ -1,5 +1,7 @@
-"""`mla-debug kernels` (the registered kernels, their flags and whether they run here) and `mla-debug
-select` (which kernel a serving engine's policy picks for a layer shape on a platform, and why)."""
+"""`mla-debug kernels` (the registered kernels, their flags and whether they run here; the norm+quant
+backends and on which devices they run) and `mla-debug select` (which kernel a serving engine's policy
+picks for a layer shape on a platform, and why). Both lists come from the implementation registries,
+so a newly registered kernel or backend shows up without being named here."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from .table import print_columns
 def add_parser(sub) -> None:
     kernels = sub.add_parser(
         "kernels",
-        help="list kernels, their flags and availability",
+        help="list kernels and norm+quant backends, their flags and availability",
         description="Every registered kernel: whether it wants column-major activation scales, whether it "
-        "preshuffles its weight at load, whether it runs on this machine (and why not), and what it emulates.",
+        "preshuffles its weight at load, whether it runs on this machine (and why not), and what it emulates. "
+        "Then every norm+quant backend (the fused RMSNorm + FP8 group quant): whether it runs on CPU tensors "
+        "(and CUDA tensors where a GPU is visible), and which one 'auto' picks for each.",
     )
     kernels.set_defaults(func=_cmd_kernels)
 
@@ -55,7 +59,28 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
             )
         )
     print_columns(("kernel", "col-major scale", "preshuffles", "runs here", "description / why not"), rows)
+    print()
+    _print_norm_quant_backends()
     return 0
+
+
+def _print_norm_quant_backends() -> None:
+    """One row per backend and device: "yes", "by name" (only through an interpreter, never picked by
+    "auto") or "no" with the reason; then what "auto" picks on each device."""
+    import torch
+
+    from ..normquant import NORM_QUANT_BACKENDS, resolve_backend
+
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    rows = []
+    for name, backend in NORM_QUANT_BACKENDS.items():
+        for device in devices:
+            ok, why = backend.availability(device)
+            runs = "no" if not ok else "yes" if backend.offered_on(device) else "by name"
+            rows.append((name, device.type, runs, backend.description if runs == "yes" else why))
+    print_columns(("norm+quant backend", "tensors on", "runs", "description / why not"), rows)
+    picks = ", ".join(f"{resolve_backend('auto', device)} for {device.type} tensors" for device in devices)
+    print(f"'auto' picks {picks}")
 
 
 def _cmd_select(args: argparse.Namespace) -> int:

@@ -44,28 +44,34 @@ def add_parser(sub) -> None:
 
 def _cmd_layouts(args: argparse.Namespace) -> int:
     """One line per tensor: how its bytes relate to the reference's (shuffles, scale order), or, without
-    a reference, its shape, dtype and whether aiter's (16, 16) shuffle could apply to it."""
+    a reference, its shape, dtype and whether aiter's (16, 16) shuffle could apply to it. The verdicts are
+    `layouts.compare_tensors`' records, said in words by `viz.forensics`."""
+    from ..layouts.forensics import compare_tensors, shuffle_fit
+    from ..viz.forensics import shuffle_fit_text, verdict_text
+
     observed, observed_about, layer = _layouts_load(args.observed, args.layer, "OBSERVED")
     if args.reference is None:
         names = _layouts_pick(args.tensor, observed, None)
         print(f"observed   {args.observed}: {observed_about}")
-        rows = [(name, _layouts_shape(t), _layouts_dtype(t), _layouts_shuffle_target(t)) for name, t in names]
+        tensors = [(name, observed[name]) for name in names]
+        rows = [
+            (name, str(tuple(t.shape)), _dtype_name(t.dtype), shuffle_fit_text(shuffle_fit(t))) for name, t in tensors
+        ]
         print_columns(("tensor", "shape", "dtype", "shuffle (16, 16) target"), rows)
         return 0
     # Without --layer, the layer a dump holds also picks the reference's layer, so both sides agree.
     reference, reference_about, _ = _layouts_load(
         args.reference, args.layer if args.layer is not None else layer, "REF"
     )
-    pairs = _layouts_pick(args.tensor, observed, reference)
+    comparison = compare_tensors(observed, reference, names=_layouts_pick(args.tensor, observed, reference))
     print(f"observed   {args.observed}: {observed_about}")
     print(f"reference  {args.reference}: {reference_about}")
     rows = [
-        (name, _layouts_shape(t), _layouts_dtype(t), _layouts_verdict(name, t, reference[name])) for name, t in pairs
+        (v.name, str(v.observed_shape), _dtype_name(v.observed_dtype), verdict_text(v)) for v in comparison.verdicts
     ]
     print_columns(("tensor", "shape", "dtype", "bytes against the reference"), rows)
     if args.tensor is None:
-        for side, mine, other in (("observed", observed, reference), ("reference", reference, observed)):
-            alone = [name for name in mine if name not in other]
+        for side, alone in (("observed", comparison.only_in_observed), ("reference", comparison.only_in_reference)):
             if alone:
                 print(f"only in {side}: {', '.join(alone)}")
     return 0
@@ -145,97 +151,19 @@ def _layouts_read_dump(path, layer: int | None, role: str) -> tuple[dict, str, i
     return tensors, about, chosen if by_layer else layer
 
 
-def _layouts_pick(wanted: list[str] | None, observed: dict, reference: dict | None) -> list[tuple[str, object]]:
-    """(name, observed tensor) in the reference's order (the layer's own order for a checkpoint), or in
-    the order asked with --tensor; an asked-for name missing on either side is an error."""
+def _layouts_pick(wanted: list[str] | None, observed: dict, reference: dict | None) -> list[str]:
+    """The names to show: the reference's order (the layer's own order for a checkpoint) of the names
+    both sides hold, or the order asked with --tensor; an asked-for name missing on either side is an
+    error."""
     if wanted is None:
         order = list(reference) if reference is not None else list(observed)
-        return [(name, observed[name]) for name in order if name in observed]
+        return [name for name in order if name in observed]
     for side, tensors in (("OBSERVED", observed), ("REF", reference)):
         missing = [name for name in wanted if tensors is not None and name not in tensors]
         if missing:
             raise LookupError(f"--tensor {', '.join(missing)}: not in {side}; it has {', '.join(tensors) or 'nothing'}")
-    return [(name, observed[name]) for name in dict.fromkeys(wanted)]
+    return list(dict.fromkeys(wanted))
 
 
-def _layouts_shape(t) -> str:
-    return str(tuple(t.shape))
-
-
-def _layouts_dtype(t) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
-def _layouts_shuffle_target(t) -> str:
-    """Whether aiter's (16, 16) shuffle applies (N % 16 == 0 and K % 32 == 0, 1/2/4-byte elements)."""
-    if t.dim() < 2:
-        return f"no ({t.dim()}-D)"
-    n, k = t.shape[-2], t.shape[-1]
-    problems = [f"N={n} is not a multiple of 16"] if n % 16 else []
-    problems += [f"K={k} is not a multiple of 32"] if k % 32 else []
-    problems += [f"{t.element_size()}-byte elements"] if t.element_size() not in (1, 2, 4) else []
-    return "yes" if not problems else "no: " + ", ".join(problems)
-
-
-def _layouts_is_activation_scale(name: str, observed, reference) -> bool:
-    import torch
-
-    return (
-        (name.endswith("_scale") or name.endswith(".scale"))
-        and observed.dim() == 2
-        and reference.dim() == 2
-        and observed.dtype == torch.float32
-        and reference.dtype == torch.float32
-    )
-
-
-def _layouts_scale_verdict(found: tuple) -> str:
-    if not found:
-        return "activation scale: unrelated bytes (no presentation of the reference's values)"
-    if len(found) > 1:
-        return f"activation scale: {' = '.join(map(str, found))} (M == 1 or G == 1: the presentations coincide)"
-    layout = found[0]
-    if layout.name == "COL_MAJOR":
-        return "activation scale written COL_MAJOR (column-major bytes under ROW_MAJOR's shape and strides)"
-    return f"activation scale written {layout}"
-
-
-def _layouts_verdict(name: str, observed, reference) -> str:
-    """How `observed`'s bytes relate to `reference`'s, in words."""
-    import torch
-
-    from ..layouts import LAYOUTS, identify_scale_layout, identify_weight_layout, shuffle_period
-
-    scale_pair = _layouts_is_activation_scale(name, observed, reference)
-    if observed.shape != reference.shape:
-        # A COL_MAJOR_STRIDED buffer has no contiguous (M, G) form; its memory saves as the (G, M) transpose.
-        if scale_pair and tuple(observed.shape) == tuple(reference.shape)[::-1]:
-            found = identify_scale_layout(observed.t(), reference)
-            if found:
-                return f"activation scale stored as its (G, M) transpose: {' = '.join(map(str, found))} memory"
-        return f"shape differs: observed {tuple(observed.shape)}, reference {tuple(reference.shape)}"
-    if observed.element_size() != reference.element_size():
-        return f"dtype differs: observed {observed.dtype}, reference {reference.dtype} (bytes not comparable)"
-    note = "" if observed.dtype == reference.dtype else f" [bytes compared: {observed.dtype} vs {reference.dtype}]"
-    if scale_pair:
-        return _layouts_scale_verdict(identify_scale_layout(observed, reference)) + note
-    if observed.dim() == 0:
-        same = torch.equal(observed.reshape(1).view(torch.uint8), reference.reshape(1).view(torch.uint8))
-        return ("plain (bytes equal the reference)" if same else "different value") + note
-    match = identify_weight_layout(observed, reference)
-    n, k, size = (observed.shape[-2] if observed.dim() >= 2 else 0), observed.shape[-1], observed.element_size()
-    shufflable = [layout for layout in LAYOUTS if observed.dim() >= 2 and not n % layout[0] and not k % (2 * layout[1])]
-    if match is None:
-        if not shufflable:
-            return f"unrelated bytes (not equal; shape {tuple(observed.shape)} admits no shuffle to try)" + note
-        # identify_weight_layout tries up to 4 shuffles, fewer when the period repeats sooner.
-        counts = {layout: min(4, shuffle_period(k, size, layout) - 1) for layout in shufflable}
-        tried = ", ".join(
-            f"{'1 shuffle' if count == 1 else f'1-{count} shuffles'} with {layout}" for layout, count in counts.items()
-        )
-        return f"unrelated bytes (neither plain nor {tried})" + note
-    text = str(match)
-    if match.shuffles == 0 and (16, 16) in shufflable and shuffle_period(k, size) == 2:
-        # A 256-byte row: the (16, 16) shuffle is an involution, so two shuffles give these bytes too.
-        text += "; 2 shuffles with (16, 16) look the same here (period 2)"
-    return text + note
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")

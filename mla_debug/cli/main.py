@@ -3,9 +3,10 @@
 Subcommands:
   demo         the main job on built-in defaults: TP triage of DeepSeek-V3 on an MI355X (make demo)
   triage       run a layer at several TP sizes under serving scenarios; where and why it diverges, and the fix
+  report       show a saved triage again (summary, culprits) and draw its HTML report from the JSON alone
   layouts      byte forensics of saved tensors against a reference
   kernel-demo  the silent layout bugs of aiter's preshuffled GEMM, one GEMM at a time
-  kernels      the registered kernels, their capability flags and whether they run here
+  kernels      the registered kernels and norm+quant backends, their flags and whether they run here
   select       which kernel a serving engine picks for a layer shape on a platform, and why
   checkpoint   `checkpoint make`: write a seeded synthetic one-layer checkpoint (Hugging Face folder)
   profile      profile one layer run: per-step time, ops and kernels, and the trace folder
@@ -19,7 +20,7 @@ import argparse
 import sys
 
 from .._version import version
-from . import checkpoint, demo, kernel_demo, kernels, layouts, profile, triage
+from . import checkpoint, demo, kernel_demo, kernels, layouts, profile, report, triage
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mla-debug {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, profile):
+    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, report, profile):
         command.add_parser(sub)
     return parser
 

@@ -70,6 +70,7 @@ def _paths_for(base: str | None, scenario: str, several: bool) -> Path | None:
 
 
 def _summary_table(result, violations: bool) -> Table:
+    """The summary of a TriageReport as a rich table (diverged rows in red)."""
     table = Table(title=f"{result.model} on {result.platform} under {result.scenario} ({result.tokens} tokens)")
     columns = ("TP", "mode", "verdict", "first divergent step", "worst step", "worst rel err")
     for column in columns + (("violations",) if violations else ()):
@@ -91,7 +92,7 @@ def _summary_table(result, violations: bool) -> Table:
 
 
 def render(result, console: Console) -> None:
-    """The summary table (diverged rows in red) and the culprit sentences."""
+    """The summary table (diverged rows in red) and the culprit sentences of a TriageReport."""
     table = _summary_table(result, violations=True)
     # A pipe or log file is 80 columns wide, too narrow for "direct-read-of-relaid-weight" in a seventh
     # column: the violations then go under the table, one line per run, whole.
@@ -108,7 +109,8 @@ def render(result, console: Console) -> None:
 
 
 def render_culprits(result, console: Console) -> None:
-    """Culprit groups with what to do about each, the unresolved configurations, provenance in one line."""
+    """Culprit groups of a TriageReport with what to do about each, the unresolved configurations,
+    provenance in one line."""
     from rich.markup import escape
 
     from ..viz.culprits import action_lines, bisection_line, configs_label, group_heading
@@ -124,9 +126,9 @@ def render_culprits(result, console: Console) -> None:
             f"[yellow]no code change set of up to three changes and no kernel disable restores {labels}; "
             "see the step table[/]"
         )
-    if not any(c.verdict == "diverged" for c in result.configs):
+    if not result.diverged_runs:
         console.print("[green]every TP size and mode matches the reference within its FP8 noise floor[/]")
-    if any(c.verdict == "diverged" for c in result.configs) and result.bisection.trials:
+    if result.diverged_runs and result.bisection is not None and result.bisection.trials:
         console.print(f"[dim]{escape(bisection_line(result.bisection))}[/]")
     if result.provenance is not None:
         console.print(f"[dim]provenance: {escape(result.provenance.line())}[/]")
@@ -155,7 +157,8 @@ def check_args(args: argparse.Namespace) -> tuple[list, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis import Workbench, triage
+    from ..analysis import Workbench, triage, write_json
+    from ..viz import write_html
     from .common import written
 
     scenarios, plat = check_args(args)
@@ -172,11 +175,12 @@ def run(args: argparse.Namespace) -> int:
             find_culprits=not args.no_bisect,
             progress=True,
         )
-        render(result, console)
+        report = result.report()
+        render(report, console)
         html = _paths_for(args.report, scen.name, several)
         if html is not None:
-            console.print(written("report", html, result.to_html(html)), **plain)
+            console.print(written("report", html, write_html(report, html)), **plain)
         js = _paths_for(args.json, scen.name, several)
         if js is not None:
-            console.print(written("json", js, result.to_json(js)), **plain)
+            console.print(written("json", js, write_json(report, js)), **plain)
     return 0

@@ -1,8 +1,20 @@
 """Block-scaled FP8 GEMM kernels behind one interface; platforms, tuned tables and kernel selection."""
 
 from . import aiter_emulated, aiter_native, aiter_triton, cublas, reference, triton_kernels  # noqa: F401  (register the kernels)
-from .base import Contract, GemmCall, GemmProblem, Kernel, get_kernel, kernel_class, kernel_names, register_kernel
+from .base import (
+    GEMM,
+    KERNELS,
+    Contract,
+    GemmCall,
+    GemmProblem,
+    Kernel,
+    get_kernel,
+    kernel_class,
+    kernel_names,
+    register_kernel,
+)
 from .block_gemm import ACCUMULATIONS
+from .choice import KernelChoice, SkippedKernel
 from .linear import BlockScaledLinear
 from .platforms import PLATFORMS, Platform, detect_platform, platform, platform_names
 from .policy import KernelPolicy, parse_disabled
@@ -12,6 +24,8 @@ from .tuned import TableOrigin, TableSource, TunedRow, TunedTable, padded_m, pad
 
 __all__ = [
     "ACCUMULATIONS",
+    "GEMM",
+    "KERNELS",
     "PLATFORMS",
     "TUNED_ENV_VAR",
     "BlockScaledLinear",
@@ -19,8 +33,10 @@ __all__ = [
     "GemmCall",
     "GemmProblem",
     "Kernel",
+    "KernelChoice",
     "KernelPolicy",
     "Platform",
+    "SkippedKernel",
     "TableOrigin",
     "TableSource",
     "TunedRow",

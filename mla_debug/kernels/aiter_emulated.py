@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..implementations import Check
 from ..layouts import QuantizedActivation, ScaleLayout, read_scale
 from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import Accumulation, block_scaled_mm, check_accumulation
@@ -40,27 +41,29 @@ class _AiterKernel(Kernel):
         super().__init__(flavor=flavor)
         self.accumulation = check_accumulation(accumulation)
 
-    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
+    def can_implement(self, problem: GemmProblem) -> Check:
+        platform = problem.platform
         if not platform.is_rocm:
-            return False, f"aiter kernels run on ROCm platforms, not {platform.name}"
+            return Check(False, f"aiter kernels run on ROCm platforms, not {platform.name}")
         if problem.fmt != platform.fp8:
-            return False, f"{platform.arch} computes {platform.fp8.name}, the weight is {problem.fmt.name}"
-        return super().can_implement(problem, platform)
+            return Check(False, f"{platform.arch} computes {platform.fp8.name}, the weight is {problem.fmt.name}")
+        return super().can_implement(problem)
 
     def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
         scale = read_scale(qa.scale, contract.scale, f"{linear.name} input scale")
         return block_scaled_mm(qa.fmt.decode(qa.data), scale, linear, contract.weight, self.accumulation)
 
 
-def tuned_row_check(problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
+def tuned_row_check(problem: GemmProblem, platform: Platform) -> Check:
     """vLLM's rule for the preshuffled kernel: the rank's (N, K) has a row in the bpreshuffle tuned table
-    for the platform's (gfx, cu_num); M is ignored."""
+    for `platform`'s (gfx, cu_num) - the problem's own, or the ROCm card a stand-in selects as; M is
+    ignored."""
     if problem.tuned is None:
-        return False, "no bpreshuffle tuned table to consult"
+        return Check(False, "no bpreshuffle tuned table to consult")
     key = f"{platform.arch}/cu{platform.cu_num}"
     if not problem.tuned.has(platform, problem.n, problem.k):
-        return False, f"no bpreshuffle tuned row for (N={problem.n}, K={problem.k}) on {key}"
-    return True, f"(N={problem.n}, K={problem.k}) has a bpreshuffle tuned row on {key} ({problem.tuned.source})"
+        return Check(False, f"no bpreshuffle tuned row for (N={problem.n}, K={problem.k}) on {key}")
+    return Check(True, f"(N={problem.n}, K={problem.k}) has a bpreshuffle tuned row on {key} ({problem.tuned.source})")
 
 
 @register_kernel
@@ -88,13 +91,13 @@ class AiterBpreshuffleEmulated(_AiterKernel):
         super().__init__(accumulation=accumulation, flavor=flavor)
         self.honour_layer_flags = honour_layer_flags
 
-    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
-        ok, why = super().can_implement(problem, platform)
-        if not ok:
-            return ok, why
+    def can_implement(self, problem: GemmProblem) -> Check:
+        check = super().can_implement(problem)
+        if not check.ok:
+            return check
         if problem.n % 16:
-            return False, f"N={problem.n} is not a multiple of 16 (shuffle_weight(16,16))"
-        return tuned_row_check(problem, platform)
+            return Check(False, f"N={problem.n} is not a multiple of 16 (shuffle_weight(16,16))")
+        return tuned_row_check(problem, problem.platform)
 
     def process_weights_after_loading(self, linear: BlockScaledLinear) -> None:
         if self.honour_layer_flags and linear.reads_weight_directly:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..implementations import Check
 from ..layouts import QuantizedActivation
 from .aiter_emulated import AiterBlockscaleEmulated, AiterBpreshuffleEmulated
 from .base import Contract, register_kernel
@@ -43,12 +44,14 @@ PLAIN_OP = "gemm_a8w8_blockscale"
 class _NativeMixin:
     op: str
 
-    def availability(self) -> tuple[bool, str]:
+    def availability(self, device: torch.device | None = None) -> Check:
         try:
             _aiter_op(self.op)
         except ImportError as err:
-            return False, str(err)
-        return True, f"aiter.{self.op} is importable"
+            return Check(False, str(err))
+        if device is not None and torch.device(device).type != "cuda":
+            return Check(False, f"aiter.{self.op} multiplies ROCm GPU tensors, not {torch.device(device).type} ones")
+        return Check(True, f"aiter.{self.op} is importable")
 
     def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
         weight = linear.weight

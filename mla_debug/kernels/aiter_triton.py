@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..gpu import aiter_triton
+from ..implementations import Check
 from ..layouts import QuantizedActivation, ScaleLayout
 from ..numerics import E4M3FN, E4M3FNUZ
 from .aiter_emulated import AiterBlockscaleEmulated
 from .base import Contract, GemmProblem, register_kernel
 from .block_gemm import block_scaled_mm
-from .platforms import Platform, platform
+from .platforms import platform
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear
@@ -66,27 +67,31 @@ class AiterTritonBlockscaleKernel(AiterBlockscaleEmulated):
             )
 
     # -- capability -------------------------------------------------------------------------------
-    def availability(self) -> tuple[bool, str]:
-        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-        why = aiter_triton.unavailable_reason(device, interpreter_allowed=self.backend == "triton")
+    def availability(self, device: torch.device | None = None) -> Check:
+        """Runs everywhere unless ``backend="triton"`` and aiter's Triton cannot run; elsewhere (or with
+        ``backend="emulation"``) the emulation of its contract multiplies."""
+        where = torch.device(device) if device is not None else None
+        probe = where or (torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+        why = aiter_triton.unavailable_reason(probe, interpreter_allowed=self.backend == "triton")
         if self.backend == "triton" and why is not None:
-            return False, why
+            return Check(False, why)
         if self.backend == "emulation" or why is not None:
-            return True, f"runs the emulation of its contract ({why or 'asked for'})"
-        return True, f"aiter's Triton GEMM on {device.type} tensors"
+            return Check(True, f"runs the emulation of its contract ({why or 'asked for'})")
+        return Check(True, f"aiter's Triton GEMM on {probe.type} tensors")
 
-    def can_implement(self, problem: GemmProblem, plat: Platform) -> tuple[bool, str]:
+    def can_implement(self, problem: GemmProblem) -> Check:
+        plat = problem.platform
         if not (plat.is_rocm or plat.is_cuda):
-            return False, f"aiter's Triton GEMM models GPU serving platforms, not {plat.name}"
+            return Check(False, f"aiter's Triton GEMM models GPU serving platforms, not {plat.name}")
         if plat.is_rocm and problem.fmt != plat.fp8:
-            return False, f"{plat.arch} computes {plat.fp8.name}, the weight is {problem.fmt.name}"
+            return Check(False, f"{plat.arch} computes {plat.fp8.name}, the weight is {problem.fmt.name}")
         if problem.fmt not in (E4M3FN, E4M3FNUZ):
-            return False, f"takes e4m3fn or e4m3fnuz, the weight is {problem.fmt.name}"
+            return Check(False, f"takes e4m3fn or e4m3fnuz, the weight is {problem.fmt.name}")
         if plat.is_cuda and problem.fmt == E4M3FNUZ:
-            return False, "e4m3fnuz does not exist on NVIDIA GPUs"
+            return Check(False, "e4m3fnuz does not exist on NVIDIA GPUs")
         if problem.k % 128:
-            return False, f"K={problem.k} is not a multiple of 128"
-        return True, "takes this shape (K is a multiple of 128)"
+            return Check(False, f"K={problem.k} is not a multiple of 128")
+        return Check(True, "takes this shape (K is a multiple of 128)")
 
     # -- run time ---------------------------------------------------------------------------------
     def scale_layout_read(self, qa: QuantizedActivation, contract: Contract) -> ScaleLayout:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from .._checks import describe, require_floating, require_tensor
+from ..implementations import Check, Registry
 from ..layouts import (
     ContractViolation,
     QuantizedActivation,
@@ -32,14 +33,20 @@ if TYPE_CHECKING:
     from .tuned import TunedTable
 
 
+# What every kernel implements (the `operation` of the implementation-choice mechanism).
+GEMM = "block-scaled FP8 GEMM"
+
+
 @dataclass(frozen=True)
 class GemmProblem:
-    """What a kernel is asked to implement for one linear layer (per rank)."""
+    """What a kernel is asked to implement for one linear layer (per rank), as served on `platform`
+    (the modelled serving platform, not the machine this runs on: that is `Kernel.availability`'s)."""
 
     layer: str
     n: int
     k: int
     fmt: Fp8Format
+    platform: Platform
     tuned: TunedTable | None = None
     m: int | None = None
 
@@ -65,10 +72,15 @@ class Contract:
 
 
 class Kernel(ABC):
-    """A block-scaled FP8 GEMM: y (M, N) bf16 = x (M, K) @ W(N, K)^T with 1x128 / 128x128 scales."""
+    """A block-scaled FP8 GEMM: y (M, N) bf16 = x (M, K) @ W(N, K)^T with 1x128 / 128x128 scales.
+
+    An `implementations.Implementation` of `GEMM`: registered by class (`register_kernel`), chosen by
+    `KernelPolicy` from `availability` and `can_implement`.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
+    operation: ClassVar[str] = GEMM
     wants_transposed_act_scale: ClassVar[bool] = False
     preshuffles_weight: ClassVar[bool] = False
     # vLLM's class name, so VLLM_DISABLED_KERNELS-style lists can name kernels either way.
@@ -88,15 +100,16 @@ class Kernel(ABC):
         return f"<kernel {self.name}>"
 
     # -- capability -------------------------------------------------------------------------------
-    def availability(self) -> tuple[bool, str]:
-        """Whether this kernel can run in this Python process (hardware, libraries)."""
-        return True, "pure torch; runs anywhere"
+    def availability(self, device: torch.device | None = None) -> Check:
+        """Whether this kernel's code can run in this Python process (hardware, libraries), on tensors
+        on `device` when one is given."""
+        return Check(True, "pure torch; runs anywhere")
 
-    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
-        """Whether this kernel takes this problem on this platform, with the reason in words."""
+    def can_implement(self, problem: GemmProblem) -> Check:
+        """Whether this kernel takes this problem on its platform, with the reason in words."""
         if problem.k % 128:
-            return False, f"K={problem.k} is not a multiple of 128"
-        return True, "takes this shape (K is a multiple of 128)"
+            return Check(False, f"K={problem.k} is not a multiple of 128")
+        return Check(True, "takes this shape (K is a multiple of 128)")
 
     # -- load time --------------------------------------------------------------------------------
     def process_weights_after_loading(self, linear: BlockScaledLinear) -> None:
@@ -196,26 +209,24 @@ class Kernel(ABC):
             raise ValueError(f"{linear.name}: block-scaled kernels take 1x128 input groups, got 1x{qa.group_size}")
 
 
-_REGISTRY: dict[str, type[Kernel]] = {}
+# Every kernel class by name (and vLLM class name): the implementation-choice mechanism shared with the
+# norm+quant backends, so scenario files, policies and the command line name kernels one way.
+KERNELS: Registry[type[Kernel]] = Registry(GEMM, "kernel")
 
 
 def register_kernel(cls: type[Kernel]) -> type[Kernel]:
-    """Class decorator adding a kernel to the registry under its `name`."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"a kernel named {cls.name!r} is already registered ({_REGISTRY[cls.name].__name__})")
-    _REGISTRY[cls.name] = cls
+    """Class decorator adding a kernel to the registry under its `name` (and its `vllm_name`)."""
+    KERNELS.register(cls.name, cls, aliases=(cls.vllm_name,) if cls.vllm_name else ())
     return cls
 
 
 def kernel_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return KERNELS.names()
 
 
 def kernel_class(name: str) -> type[Kernel]:
-    for cls in _REGISTRY.values():
-        if name in (cls.name, cls.vllm_name):
-            return cls
-    raise ValueError(f"unknown kernel {name!r}; registered kernels: {', '.join(kernel_names())}")
+    """The kernel class registered under `name` or vLLM class name; a ValueError listing them otherwise."""
+    return KERNELS.get(name)
 
 
 def get_kernel(name: str, **options) -> Kernel:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .._checks import describe
+from ..implementations import Check
 from ..layouts import QuantizedActivation, ScaleLayout, present_scale, read_scale
 from ..numerics import E4M3FN
 from .base import Contract, GemmProblem, Kernel, register_kernel
@@ -20,7 +21,6 @@ from .block_gemm import same_tensor_key
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear
-    from .platforms import Platform
 
 
 @register_kernel
@@ -30,22 +30,24 @@ class CublasBlockwiseKernel(Kernel):
     wants_transposed_act_scale = True
     act_scale_layout = ScaleLayout.COL_MAJOR_STRIDED
 
-    def availability(self) -> tuple[bool, str]:
+    def availability(self, device: torch.device | None = None) -> Check:
         if not hasattr(torch.nn.functional, "scaled_mm"):
-            return False, f"torch {torch.__version__} has no torch.nn.functional.scaled_mm"
+            return Check(False, f"torch {torch.__version__} has no torch.nn.functional.scaled_mm")
         if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
-            return False, "needs an NVIDIA CUDA GPU (none visible to torch)"
-        major, minor = torch.cuda.get_device_capability()
+            return Check(False, "needs an NVIDIA CUDA GPU (none visible to torch)")
+        if device is not None and torch.device(device).type != "cuda":
+            return Check(False, f"cuBLAS multiplies CUDA tensors, not {torch.device(device).type} ones")
+        major, minor = torch.cuda.get_device_capability(device)
         if major < 9:
-            return False, f"needs compute capability 9.0+ (this GPU is {major}.{minor})"
-        return True, f"CUDA GPU sm{major}{minor}"
+            return Check(False, f"needs compute capability 9.0+ (this GPU is {major}.{minor})")
+        return Check(True, f"CUDA GPU sm{major}{minor}")
 
-    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
-        if not platform.is_cuda:
-            return False, f"cuBLAS runs on NVIDIA platforms, not {platform.name}"
+    def can_implement(self, problem: GemmProblem) -> Check:
+        if not problem.platform.is_cuda:
+            return Check(False, f"cuBLAS runs on NVIDIA platforms, not {problem.platform.name}")
         if problem.fmt != E4M3FN:
-            return False, f"cuBLAS blockwise takes e4m3fn, the weight is {problem.fmt.name}"
-        return super().can_implement(problem, platform)
+            return Check(False, f"cuBLAS blockwise takes e4m3fn, the weight is {problem.fmt.name}")
+        return super().can_implement(problem)
 
     def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
         from torch.nn.functional import ScalingType, scaled_mm

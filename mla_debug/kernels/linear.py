@@ -14,6 +14,7 @@ import torch
 
 from ..layouts import QuantizedActivation, QuantizedWeight
 from ..layouts.weight_shuffle import ShuffleLayout
+from .choice import KernelChoice
 
 if TYPE_CHECKING:
     from .base import GemmCall, Kernel
@@ -41,7 +42,8 @@ class BlockScaledLinear:
         self.is_bmm = is_bmm
         self._cpu_skip_gemm_dispatch = cpu_skip_gemm_dispatch
         self.kernel: Kernel | None = None
-        self.kernel_reason = "not loaded"
+        self.kernel_choice: KernelChoice | None = None  # why the kernel was chosen, as data
+        self.kernel_reason = "not loaded"  # the same in one line
         # Set by a preshuffling kernel that honoured a direct-read flag and kept the plain GEMM.
         self.plain_fallback = False
         self.events: list[str] = []
@@ -76,14 +78,16 @@ class BlockScaledLinear:
         from .platforms import platform as get_platform
 
         plat = get_platform(platform)
-        kernel, reason = policy.select(self.name, self.n, self.k, plat, fmt=self.weight.fmt)
-        self.attach(kernel, reason)
+        kernel, choice = policy.choose(self.name, self.n, self.k, plat, fmt=self.weight.fmt)
+        self.attach(kernel, choice)
         return self
 
-    def attach(self, kernel: Kernel, reason: str = "attached directly") -> BlockScaledLinear:
-        """Use `kernel` for this linear and run its load-time weight processing."""
+    def attach(self, kernel: Kernel, reason: str | KernelChoice = "attached directly") -> BlockScaledLinear:
+        """Use `kernel` for this linear and run its load-time weight processing; `reason` is why (a
+        policy's KernelChoice, or words for a kernel attached by hand)."""
         self.kernel = kernel
-        self.kernel_reason = reason
+        self.kernel_choice = reason if isinstance(reason, KernelChoice) else KernelChoice(kernel.name, reason)
+        self.kernel_reason = str(reason)
         self.events.append(f"kernel {kernel.name}: {reason}")
         kernel.process_weights_after_loading(self)
         return self

@@ -3,7 +3,8 @@
 vLLM keeps a priority list per platform and picks, for each linear, the first kernel that is
 supported and whose ``can_implement`` passes; ``VLLM_DISABLED_KERNELS`` removes kernels by class name.
 `KernelPolicy` is that list plus a disabled set, the tuned table the preshuffled kernel consults,
-per-layer overrides and per-kernel options. `select` returns the kernel and the reason in words.
+per-layer overrides and per-kernel options. `choose` returns the kernel and a KernelChoice (the kernel's
+name, the reason in words, what was skipped); `select` the same reason as one line.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..implementations import Check
 from ..numerics import Fp8Format
 from .base import GemmProblem, Kernel, get_kernel, kernel_class
+from .choice import KernelChoice, SkippedKernel
 from .platforms import Platform, platform
 from .tuned import TunedTable
 
@@ -94,35 +97,44 @@ class KernelPolicy:
     def select(
         self, layer: str, n: int, k: int, plat: Platform | str, fmt: Fp8Format | None = None, m: int | None = None
     ) -> tuple[Kernel, str]:
-        """The kernel for one linear (per-rank shape N x K) and why, in words."""
+        """The kernel for one linear (per-rank shape N x K) and why, in one line (``str`` of `choose`'s
+        KernelChoice: ``"<kernel>: <reason>[; skipped ...]"``)."""
+        kernel, choice = self.choose(layer, n, k, plat, fmt=fmt, m=m)
+        return kernel, str(choice)
+
+    def choose(
+        self, layer: str, n: int, k: int, plat: Platform | str, fmt: Fp8Format | None = None, m: int | None = None
+    ) -> tuple[Kernel, KernelChoice]:
+        """The kernel for one linear (per-rank shape N x K) and the KernelChoice saying why, as data.
+        Raises ValueError naming the layer, its shape and every kernel's refusal when none can take it."""
         plat = platform(plat)
-        problem = GemmProblem(layer=layer, n=n, k=k, fmt=fmt or plat.fp8, tuned=self.tuned, m=m)
+        problem = GemmProblem(layer=layer, n=n, k=k, fmt=fmt or plat.fp8, platform=plat, tuned=self.tuned, m=m)
         shape = f"{layer} (N={n}, K={k}) on {plat.name}"
         if layer in self.overrides:
             kernel = self.kernel(self.overrides[layer])
-            ok, why = self._check(kernel, problem, plat)
+            ok, why = self._check(kernel, problem)
             if not ok:
                 raise ValueError(f"{shape}: the override to {kernel.name} cannot be honoured: {why}")
-            return kernel, f"{kernel.name}: per-layer override ({why})"
-        skipped: list[str] = []
+            return kernel, KernelChoice(kernel.name, why, override=True)
+        skipped: list[SkippedKernel] = []
         for name in self.priority:
             if self.is_disabled(name):
-                skipped.append(f"{name} disabled")
+                skipped.append(SkippedKernel(name, disabled=True))
                 continue
             kernel = self.kernel(name)
-            ok, why = self._check(kernel, problem, plat)
+            ok, why = self._check(kernel, problem)
             if ok:
-                passed = f"; skipped {', '.join(skipped)}" if skipped else ""
-                return kernel, f"{kernel.name}: {why}{passed}"
-            skipped.append(f"{name} ({why})")
-        raise ValueError(f"{shape}: no kernel in the priority list can implement it: {'; '.join(skipped)}")
+                return kernel, KernelChoice(kernel.name, why, skipped=tuple(skipped))
+            skipped.append(SkippedKernel(name, reason=why))
+        refusals = "; ".join(str(s) for s in skipped)
+        raise ValueError(f"{shape}: no kernel in the priority list can implement it: {refusals}")
 
     @staticmethod
-    def _check(kernel: Kernel, problem: GemmProblem, plat: Platform) -> tuple[bool, str]:
-        available, why = kernel.availability()
-        if not available:
-            return False, why
-        return kernel.can_implement(problem, plat)
+    def _check(kernel: Kernel, problem: GemmProblem) -> Check:
+        available = kernel.availability()
+        if not available.ok:
+            return available
+        return kernel.can_implement(problem)
 
 
 def parse_disabled(spec: str | Iterable[str] | Mapping | None) -> list[str]:

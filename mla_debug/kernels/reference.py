@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..implementations import Check
 from ..layouts import QuantizedActivation
 from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import block_scaled_mm
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear
-    from .platforms import Platform
 
 
 @register_kernel
@@ -25,8 +25,8 @@ class TorchReferenceKernel(Kernel):
     description = "dequantize x per 1x128 and W per 128x128 to fp32, one fp32 matmul, cast to bf16"
     reads_declared_scale_layout = True
 
-    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
-        return True, "the reference takes any shape"
+    def can_implement(self, problem: GemmProblem) -> Check:
+        return Check(True, "the reference takes any shape")
 
     def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
         return block_scaled_mm(qa.fmt.decode(qa.data), qa.logical_scale(), linear, None, "dequant")

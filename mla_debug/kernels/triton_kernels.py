@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from ..gpu.gemm import runs_on, triton_block_scaled_mm, triton_status
+from ..implementations import Check
 from ..layouts import QuantizedActivation
 from ..numerics import E4M3FN, E4M3FNUZ
 from .aiter_emulated import SHUFFLE, AiterBlockscaleEmulated, AiterBpreshuffleEmulated, tuned_row_check
 from .base import Contract, GemmProblem, register_kernel
 from .block_gemm import Accumulation
-from .platforms import Platform, platform
+from .platforms import platform
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear
@@ -49,13 +50,22 @@ class _TritonGemm:
             raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
         self.backend = backend
 
-    def availability(self) -> tuple[bool, str]:
+    def availability(self, device: torch.device | None = None) -> Check:
+        """Runs everywhere unless ``backend="triton"`` and Triton cannot; where Triton cannot run (or
+        ``backend="emulation"``), the aiter emulation's code multiplies, reading the same bytes."""
         ok, why = triton_status()
         if self.backend == "triton" and not ok:
-            return False, why
+            return Check(False, why)
         if self.backend == "emulation" or not ok:
-            return True, f"runs the {self.stands_in_for} emulation's code ({why})"
-        return True, f"Triton on CUDA tensors ({why}); the {self.stands_in_for} emulation's code elsewhere"
+            return Check(True, f"runs the {self.stands_in_for} emulation's code ({why})")
+        if device is None:
+            return Check(True, f"Triton on CUDA tensors ({why}); the {self.stands_in_for} emulation's code elsewhere")
+        device = torch.device(device)
+        if runs_on(device, allow_interpreter=self.backend == "triton"):
+            return Check(True, f"Triton on {device.type} tensors ({why})")
+        if self.backend == "triton":
+            return Check(False, f"backend='triton', and Triton does not run on {device.type} tensors here")
+        return Check(True, f"runs the {self.stands_in_for} emulation's code on {device.type} tensors")
 
     def uses_triton(self, device: torch.device) -> bool:
         """Triton for CUDA tensors ("auto" or "triton"); the CPU interpreter only when asked by name."""
@@ -70,18 +80,19 @@ class _TritonGemm:
             )
         return False
 
-    def platform_check(self, problem: GemmProblem, plat: Platform) -> tuple[bool, str]:
+    def platform_check(self, problem: GemmProblem) -> Check:
+        plat = problem.platform
         if not (plat.is_rocm or plat.is_cuda):
-            return False, f"Triton GEMMs model GPU serving platforms, not {plat.name}"
+            return Check(False, f"Triton GEMMs model GPU serving platforms, not {plat.name}")
         if plat.is_rocm and problem.fmt != plat.fp8:
-            return False, f"{plat.arch} computes {plat.fp8.name}, the weight is {problem.fmt.name}"
+            return Check(False, f"{plat.arch} computes {plat.fp8.name}, the weight is {problem.fmt.name}")
         if problem.fmt not in (E4M3FN, E4M3FNUZ):
-            return False, f"takes e4m3fn or e4m3fnuz, the weight is {problem.fmt.name}"
+            return Check(False, f"takes e4m3fn or e4m3fnuz, the weight is {problem.fmt.name}")
         if problem.k % 128:
-            return False, f"K={problem.k} is not a multiple of 128"
+            return Check(False, f"K={problem.k} is not a multiple of 128")
         if problem.n % 16:
-            return False, f"N={problem.n} is not a multiple of 16"
-        return True, "takes this shape (N % 16 == 0, K % 128 == 0)"
+            return Check(False, f"N={problem.n} is not a multiple of 16")
+        return Check(True, "takes this shape (N % 16 == 0, K % 128 == 0)")
 
     def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
         """The Triton GEMM, or the emulation's code (the aiter class next in the MRO) where Triton cannot run."""
@@ -118,8 +129,8 @@ class TritonBlockscaleKernel(_TritonGemm, AiterBlockscaleEmulated):
         super().__init__(accumulation=accumulation, flavor=flavor)
         self._set_backend(backend)
 
-    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
-        return self.platform_check(problem, platform)
+    def can_implement(self, problem: GemmProblem) -> Check:
+        return self.platform_check(problem)
 
 
 @register_kernel
@@ -146,12 +157,11 @@ class TritonBpreshuffleKernel(_TritonGemm, AiterBpreshuffleEmulated):
         if not self.tuned_as.is_rocm:
             raise ValueError(f"tuned_as={tuned_as!r} must name a ROCm platform (aiter's tables are per AMD card)")
 
-    def can_implement(self, problem: GemmProblem, platform: Platform) -> tuple[bool, str]:
-        ok, why = self.platform_check(problem, platform)
-        if not ok:
-            return ok, why
+    def can_implement(self, problem: GemmProblem) -> Check:
+        check = self.platform_check(problem)
+        if not check.ok:
+            return check
         # The tuned table decides exactly as for aiter; on NVIDIA, as on the ROCm card named by tuned_as.
-        ok, why = tuned_row_check(problem, platform if platform.is_rocm else self.tuned_as)
-        if not platform.is_rocm:
-            why = f"{why} (selection as on {self.tuned_as.name})"
-        return ok, why
+        on_rocm = problem.platform.is_rocm
+        ok, why = tuned_row_check(problem, problem.platform if on_rocm else self.tuned_as)
+        return Check(ok, why if on_rocm else f"{why} (selection as on {self.tuned_as.name})")

@@ -1,7 +1,19 @@
 """Scale presentations, weight shuffles, layout histories, layout contracts and forensics."""
 
 from .contracts import ContractViolation, ViolationKind, scale_order_violation, weight_read_violation
-from .forensics import WeightLayoutMatch, identify_scale_layout, identify_weight_layout
+from .forensics import (
+    ShuffleAttempt,
+    ShuffleFit,
+    TensorComparison,
+    TensorVerdict,
+    VerdictKind,
+    WeightLayoutMatch,
+    compare_tensor,
+    compare_tensors,
+    identify_scale_layout,
+    identify_weight_layout,
+    shuffle_fit,
+)
 from .quantized import QuantizedActivation, QuantizedWeight, quantize_blocks, quantize_groups
 from .scale_layout import (
     ScaleLayout,
@@ -12,6 +24,7 @@ from .scale_layout import (
     scale_as_read,
     scale_memory,
 )
+from .scale_read import ScaleRead
 from .weight_layout import WeightLayout, WeightTransform
 from .weight_shuffle import LAYOUTS, is_involution, pad_k, shuffle_period, shuffle_weight, unshuffle_weight
 
@@ -21,10 +34,18 @@ __all__ = [
     "QuantizedActivation",
     "QuantizedWeight",
     "ScaleLayout",
+    "ScaleRead",
+    "ShuffleAttempt",
+    "ShuffleFit",
+    "TensorComparison",
+    "TensorVerdict",
+    "VerdictKind",
     "ViolationKind",
     "WeightLayout",
     "WeightLayoutMatch",
     "WeightTransform",
+    "compare_tensor",
+    "compare_tensors",
     "convert_scale",
     "identify_scale_layout",
     "identify_weight_layout",
@@ -38,6 +59,7 @@ __all__ = [
     "scale_as_read",
     "scale_memory",
     "scale_order_violation",
+    "shuffle_fit",
     "shuffle_period",
     "shuffle_weight",
     "unshuffle_weight",

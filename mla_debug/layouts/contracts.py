@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from .scale_layout import ScaleLayout, same_bytes
 from .weight_layout import WeightLayout
@@ -40,6 +41,29 @@ class ContractViolation:
 
     def __str__(self) -> str:
         return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "tensor": self.tensor,
+            "consumer": self.consumer,
+            "expected": self.expected,
+            "found": self.found,
+            "effective": self.effective,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ContractViolation:
+        return cls(
+            kind=ViolationKind(data["kind"]),
+            consumer=str(data["consumer"]),
+            tensor=str(data["tensor"]),
+            expected=str(data["expected"]),
+            found=str(data["found"]),
+            effective=bool(data["effective"]),
+            message=str(data["message"]),
+        )
 
 
 def scale_order_violation(

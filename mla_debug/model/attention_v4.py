@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels import get_kernel
-from ..layouts import ContractViolation, ScaleLayout, ViolationKind
+from ..layouts import ContractViolation, ScaleLayout, ScaleRead, ViolationKind
 from ..normquant import fused_qk_rmsnorm_group_quant, resolve_backend
 from .attention_math import attend, causal_mask
 from .linear import QuantizedLinear
@@ -52,6 +52,12 @@ def prepare_model_side(linears: dict, behaviour, is_rocm: bool) -> None:
 class AttentionV4Rank(RankLayer):
     """One rank: heads [rank * Nh/t, ...), output groups [rank * G/t, ...)."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Whether q_norm is the fused producer is settled once the linears are loaded. Known here, so
+        # that `steps()` reads no linear: a run's account of which linears each step read stays exact.
+        self._fused_producer = self._producer_plan()[0]
+
     @property
     def local_heads(self) -> int:
         return self.cfg.num_heads // self.tp_size
@@ -62,19 +68,31 @@ class AttentionV4Rank(RankLayer):
 
     def steps(self, mode: str) -> list[Step]:
         return [
-            Step("fused_wqa_wkv", self._fused_wqa_wkv),
-            Step("q_norm", self._q_norm),
-            Step("kv_norm", self._kv_norm),
-            Step("wq_b", self._wq_b),
-            Step("q_head_norm", self._q_head_norm),
-            Step("indexer_q", self._indexer_q),
-            Step("rope", self._rope),
-            Step("attention", self._attention),
-            Step("inverse_rope", self._inverse_rope),
-            Step("wo_a", self._wo_a),
-            Step("wo_b", self._wo_b),
-            Step("all_reduce", None, collective=True),
+            Step("fused_wqa_wkv", self._fused_wqa_wkv, state_key="wqa_wkv"),
+            self._q_norm_step(),
+            Step("kv_norm", self._kv_norm, state_key="kv"),
+            Step("wq_b", self._wq_b, state_key="q"),
+            Step("q_head_norm", self._q_head_norm, state_key="q"),
+            Step("indexer_q", self._indexer_q),  # the sparse selection it feeds is out of scope: no reader
+            Step("rope", self._rope, state_key="q"),
+            Step("attention", self._attention, state_key="attn"),
+            Step("inverse_rope", self._inverse_rope, state_key="attn"),
+            Step("wo_a", self._wo_a, state_key="o_a"),
+            Step("wo_b", self._wo_b, state_key="partial"),
+            self.all_reduce_step(),
         ]
+
+    def _q_norm_step(self) -> Step:
+        if not self._fused_producer:
+            return Step("q_norm", self._q_norm, state_key="qr")
+        # The fused producer's consumers read its FP8 data and scales, which the recorded (unquantized)
+        # output does not determine: replacing the record would not reach them.
+        return Step(
+            "q_norm",
+            self._q_norm,
+            fixed="the fused norm+quant producer's consumers (wq_b, indexer.wq_b) read its FP8 data and scales, "
+            "not the unquantized output it records",
+        )
 
     def _run(self, name: str, x):
         linear = self.linears[name]
@@ -151,7 +169,7 @@ class AttentionV4Rank(RankLayer):
             "q_norm",
             q_unquantized,
             kernel=f"fused_qk_rmsnorm_group_quant ({backend})",
-            scale_layout=f"{layout.name} written",
+            scale_layout=ScaleRead(layout),
             notes=notes,
             violations=violations,
             extras={"q_fp8_dequantized": q_quant.dequantize()},
@@ -219,7 +237,7 @@ class AttentionV4Rank(RankLayer):
             CONCAT,
             gather_dim=-1,
             kernel="grouped bmm (direct read of wo_a)",
-            weight_layout=self.linears["wo_a"].weight_layout_text(),
+            weight_layout=self.linears["wo_a"].weight_layout,
             violations=[violation] if violation else [],
         )
 

@@ -21,9 +21,7 @@ import json
 import math
 import os
 import re
-import shutil
 import stat
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,9 +33,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .._checks import describe
+from .._files import check_new_folder, folder_atomically
 from ..layouts.quantized import QuantizedWeight
 from ..numerics import FORMATS, Fp8Format, QuantFlavor, block_dequantize, block_quantize, fp8_format, quant_flavor
 from .config import MLAConfig
+from .hf_config import to_hf_dict
 from .synthetic import synthetic_tensors
 
 SCALE_SUFFIX = ".weight_scale_inv"
@@ -265,69 +265,6 @@ def _check_layer(layer: object) -> int:
     if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
         raise ValueError(f"layer={layer!r} must be a non-negative int")
     return layer
-
-
-# -- config.json -----------------------------------------------------------------------------------
-
-
-def hf_config(cfg: MLAConfig, quantized: bool | None = None) -> dict[str, Any]:
-    """The config.json fields `MLAConfig.from_hf` reads back to an equal config (name aside).
-
-    ``quantized`` (default ``cfg.quantized``) adds DeepSeek's ``quantization_config`` (fp8, e4m3,
-    dynamic activations, ``cfg.weight_block``).
-    """
-    quantized = cfg.quantized if quantized is None else quantized
-    out: dict[str, Any] = {
-        "architectures": ["DeepseekV3ForCausalLM" if cfg.arch == "v3" else "DeepseekV4ForCausalLM"],
-        "model_type": "deepseek_v3" if cfg.arch == "v3" else "deepseek_v4",
-        "hidden_size": cfg.hidden_size,
-        "num_attention_heads": cfg.num_heads,
-        "q_lora_rank": cfg.q_lora_rank,
-        "qk_rope_head_dim": cfg.qk_rope_head_dim,
-    }
-    if cfg.arch == "v3":
-        out.update(
-            kv_lora_rank=cfg.kv_lora_rank,
-            qk_nope_head_dim=cfg.qk_nope_head_dim,
-            v_head_dim=cfg.v_head_dim,
-            num_key_value_heads=cfg.num_heads,
-        )
-    else:
-        out.update(
-            head_dim=cfg.head_dim,
-            o_groups=cfg.o_groups,
-            o_lora_rank=cfg.o_lora_rank,
-            index_n_heads=cfg.index_n_heads,
-            index_head_dim=cfg.index_head_dim,
-            index_topk=cfg.index_topk,
-            sliding_window=cfg.sliding_window,
-            num_key_value_heads=1,
-        )
-    out.update(
-        rms_norm_eps=cfg.rms_norm_eps,
-        rope_theta=cfg.rope_theta,
-        max_position_embeddings=cfg.max_position_embeddings,
-        torch_dtype="bfloat16",
-    )
-    if cfg.rope_scaling is not None:
-        rs = cfg.rope_scaling
-        out["rope_scaling"] = {
-            "type": "yarn",
-            "factor": rs.factor,
-            "beta_fast": rs.beta_fast,
-            "beta_slow": rs.beta_slow,
-            "mscale": rs.mscale,
-            "mscale_all_dim": rs.mscale_all_dim,
-            "original_max_position_embeddings": rs.original_max_position_embeddings,
-        }
-    if quantized:
-        out["quantization_config"] = {
-            "quant_method": "fp8",
-            "fmt": "e4m3",
-            "activation_scheme": "dynamic",
-            "weight_block_size": list(cfg.weight_block),
-        }
-    return out
 
 
 # -- the checkpoint --------------------------------------------------------------------------------
@@ -594,45 +531,24 @@ class Checkpoint:
         exists and is not an empty folder; the files are written into a temporary sibling folder that is
         renamed into place, so `out_dir` is either complete or absent. Returns `out_dir`.
         """
-        out = check_new_folder(out_dir, f"Checkpoint.save: {Path(out_dir).expanduser()}")
-        out.parent.mkdir(parents=True, exist_ok=True)
+        label = f"Checkpoint.save: {Path(out_dir).expanduser()}"
+        out = check_new_folder(out_dir, label)
         prefix = f"model.layers.{self.layer}.{ATTN_PREFIX}"
         payload = {prefix + k: t.detach().contiguous().cpu() for k, t in self.tensors.items()}
         index = {
             "metadata": {"total_size": self.nbytes},
             "weight_map": {key: SAFETENSORS_FILE for key in payload},
         }
-        config = hf_config(self.cfg, self.quantized)
+        config = to_hf_dict(self.cfg, self.quantized)
         config["mla_debug"] = {"preset": self.cfg.name, "layer": self.layer, "source": self.source}
-        # os.mkdir (unlike tempfile.mkdtemp's 0700) honours the umask, so the renamed folder gets the
-        # permissions any folder the user creates would have.
-        tmp = out.parent / f".{out.name}.{uuid.uuid4().hex[:12]}.partial"
-        os.mkdir(tmp)
-        try:
+        with folder_atomically(out, label) as tmp:
             (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
             save_file(payload, str(tmp / SAFETENSORS_FILE), metadata={"format": "pt"})
             # safetensors writes through a private 0600 temporary file; give the checkpoint the mode the
             # umask gives any new file (config.json's), so others can read it as they can the folder.
             os.chmod(tmp / SAFETENSORS_FILE, stat.S_IMODE((tmp / "config.json").stat().st_mode))
             (tmp / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
-            if out.exists():
-                out.rmdir()  # empty (checked above); rename cannot replace a folder portably
-            os.rename(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return out
-
-
-def check_new_folder(out_dir: str | os.PathLike, label: str | None = None) -> Path:
-    """`out_dir` as a folder `Checkpoint.save` may write: absent or empty (FileExistsError otherwise,
-    naming it as `label`, default its path). Callers that build a large checkpoint check it first."""
-    out = Path(out_dir).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(
-            f"{label or out} already exists and is not an empty folder; refusing to overwrite it (choose a new folder)"
-        )
-    return out
 
 
 def _quantize_dense(

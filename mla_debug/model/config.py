@@ -1,4 +1,4 @@
-"""MLA layer configurations: presets for the models we debug, and Hugging Face config.json import.
+"""MLA layer configurations: presets for the models we debug; Hugging Face config.json both ways (`hf_config`).
 
 Two attention families share one dataclass:
 - ``arch="v3"`` - DeepSeek-V3/R1 and Kimi-K2 MLA (SEMANTICS 7): q/kv LoRA, nope + rope heads, kv_b_proj.
@@ -142,11 +142,12 @@ class MLAConfig:
 
     @classmethod
     def from_hf(cls, source: str | Path | dict, name: str | None = None) -> MLAConfig:
-        """Read a Hugging Face config.json (a path to the file or its folder, or the parsed dict)."""
-        from .hf_config import config_from_hf
+        """Read a Hugging Face config.json (a path to the file or its folder, or the parsed dict); the
+        key mapping is `hf_config.from_hf_dict`'s."""
+        from .hf_config import from_hf_dict
 
         if isinstance(source, dict):
-            return config_from_hf(source, name or str(source.get("model_type", "hf")))
+            return from_hf_dict(source, name or str(source.get("model_type", "hf")))
         path = Path(source)
         if path.is_dir():
             path = path / "config.json"
@@ -156,7 +157,19 @@ class MLAConfig:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise ValueError(f"MLAConfig.from_hf: {path} is not valid JSON ({err})") from None
-        return config_from_hf(data, name or path.parent.name)
+        return from_hf_dict(data, name or path.parent.name)
+
+    def to_hf(self, quantized: bool | None = None) -> dict[str, Any]:
+        """The Hugging Face config.json fields of this config (what `Checkpoint.save` writes), which
+        `from_hf` reads back to an equal config; `quantized` overrides whether quantization_config is
+        written (default `self.quantized`).
+
+        >>> MLAConfig.from_hf(md.MLAConfig.preset("tiny").to_hf(), name="tiny") == md.MLAConfig.preset("tiny")
+        True
+        """
+        from .hf_config import to_hf_dict
+
+        return to_hf_dict(self, quantized)
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}

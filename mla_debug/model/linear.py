@@ -11,25 +11,35 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..kernels import BlockScaledLinear, KernelPolicy, Platform, platform
-from ..layouts import ContractViolation, QuantizedActivation, QuantizedWeight, weight_read_violation
+from ..kernels import BlockScaledLinear, KernelChoice, KernelPolicy, Platform, platform
+from ..layouts import (
+    ContractViolation,
+    QuantizedActivation,
+    QuantizedWeight,
+    ScaleRead,
+    WeightLayout,
+    weight_read_violation,
+)
 from ..numerics import E4M3FN, E4M3FNUZ, e4m3fn_to_e4m3fnuz
 from ..numerics.quantize import block_dequantize
 
 
 @dataclass
 class LinearCall:
+    """One call of a linear: its output, the kernel that ran (by name), how it read the activation
+    scale and which weight layout it read."""
+
     output: torch.Tensor
     kernel: str
-    scale_layout: str | None = None
-    weight_layout: str | None = None
+    scale_layout: ScaleRead | None = None
+    weight_layout: WeightLayout | None = None
     violations: list[ContractViolation] = field(default_factory=list)
 
 
 class DenseLinear:
     """An unquantized weight (N, K): y = x @ W^T in fp32, returned in the input's dtype."""
 
-    kernel_name = "dense"
+    kernel_name = KernelChoice.dense().kernel
 
     def __init__(self, name: str, weight: torch.Tensor, **flags: bool) -> None:
         self.name = name
@@ -50,13 +60,19 @@ class DenseLinear:
 
     def run(self, x: torch.Tensor) -> LinearCall:
         out = (x.to(torch.float32) @ self.weight.to(torch.float32).t()).to(x.dtype)
-        return LinearCall(out, self.kernel_name, weight_layout="plain")
+        return LinearCall(out, self.kernel_name, weight_layout=self.weight_layout)
 
     def read_direct(self, reader: str) -> tuple[torch.Tensor, ContractViolation | None]:
         return self.weight.to(torch.float32), None
 
-    def weight_layout_text(self) -> str:
-        return "plain (dense)"
+    @property
+    def weight_layout(self) -> WeightLayout:
+        """A dense weight is never re-laid out: always plain."""
+        return WeightLayout()
+
+    @property
+    def kernel_choice(self) -> KernelChoice:
+        return KernelChoice.dense()
 
 
 class QuantizedLinear:
@@ -82,6 +98,11 @@ class QuantizedLinear:
     @property
     def kernel_name(self) -> str:
         return self.block.kernel.name if self.block.kernel else "unloaded"
+
+    @property
+    def kernel_choice(self) -> KernelChoice | None:
+        """Why the policy chose this linear's kernel at load (None before loading)."""
+        return self.block.kernel_choice
 
     def load(self, policy: KernelPolicy, plat: Platform | str) -> QuantizedLinear:
         """Convert the checkpoint's fp8 format to the platform's (vLLM on gfx942), then pick the kernel."""
@@ -128,13 +149,15 @@ class QuantizedLinear:
         return LinearCall(
             call.output,
             call.kernel,
-            scale_layout=f"{call.input.scale_layout.name} written, read as {call.scale_read_as.name}",
-            weight_layout=self.weight_layout_text(),
+            scale_layout=ScaleRead(call.input.scale_layout, call.scale_read_as),
+            weight_layout=self.weight_layout,
             violations=list(call.violations),
         )
 
-    def weight_layout_text(self) -> str:
-        return str(self.block.weight.layout)
+    @property
+    def weight_layout(self) -> WeightLayout:
+        """What has been done to the weight's bytes so far (every shuffle and pad, and by whom)."""
+        return self.block.weight.layout
 
     def read_direct(self, reader: str) -> tuple[torch.Tensor, ContractViolation | None]:
         """fp32 (N, K) from the bytes as a plain matrix times the block scale, like

@@ -33,21 +33,24 @@ class MLAv3Rank(RankLayer):
 
     def steps(self, mode: str) -> list[Step]:
         head = [
-            Step("fused_qkv_a", self._fused_qkv_a),
-            Step("q_a_layernorm", self._q_a_layernorm),
-            Step("kv_a_layernorm", self._kv_a_layernorm),
-            Step("q_b_proj", self._q_b_proj),
-            Step("rope", self._rope),
+            Step("fused_qkv_a", self._fused_qkv_a, state_key="qkv_a"),
+            Step("q_a_layernorm", self._q_a_layernorm, state_key="q_c"),
+            Step("kv_a_layernorm", self._kv_a_layernorm, state_key="kv_c"),
+            Step("q_b_proj", self._q_b_proj, state_key="q"),
+            Step("rope", self._rope, state_key="q"),
         ]
         if mode == "prefill":
-            middle = [Step("kv_b_proj", self._kv_b_proj), Step("attention", self._attention_naive)]
+            middle = [
+                Step("kv_b_proj", self._kv_b_proj, state_key="kv"),
+                Step("attention", self._attention_naive, state_key="attn"),
+            ]
         else:
             middle = [
-                Step("absorb_uk", self._absorb_uk),
-                Step("attention", self._attention_absorbed),
-                Step("absorb_uv", self._absorb_uv),
+                Step("absorb_uk", self._absorb_uk, state_key="q_latent"),
+                Step("attention", self._attention_absorbed, state_key="attn_latent"),
+                Step("absorb_uv", self._absorb_uv, state_key="attn"),
             ]
-        return head + middle + [Step("o_proj", self._o_proj), Step("all_reduce", None, collective=True)]
+        return head + middle + [Step("o_proj", self._o_proj, state_key="partial"), self.all_reduce_step()]
 
     # -- shared front -----------------------------------------------------------------------------
     def _fused_qkv_a(self, s: dict):
@@ -118,7 +121,7 @@ class MLAv3Rank(RankLayer):
         w_uk, _ = self._absorbed_weights(s)
         q_nope = s["q"][..., : self.cfg.qk_nope_head_dim].to(torch.float32)
         s["q_latent"] = torch.einsum("mhp,hpc->mhc", q_nope, w_uk).to(self.dtype)
-        layout = self.linears["kv_b_proj"].weight_layout_text()
+        layout = self.linears["kv_b_proj"].weight_layout
         return self.record(
             "absorb_uk",
             s["q_latent"],
@@ -142,7 +145,7 @@ class MLAv3Rank(RankLayer):
     def _absorb_uv(self, s: dict):
         _, w_uv = self._absorbed_weights(s)
         s["attn"] = torch.einsum("mhc,hvc->mhv", s["attn_latent"].to(torch.float32), w_uv).to(self.dtype)
-        layout = self.linears["kv_b_proj"].weight_layout_text()
+        layout = self.linears["kv_b_proj"].weight_layout
         return self.record(
             "absorb_uv",
             s["attn"],

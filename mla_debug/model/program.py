@@ -4,6 +4,11 @@ one rank per process (torch.distributed), and notebooks can stop after any step.
 Each rank keeps a `state` dict; a local step reads and writes it and returns the rank's StepRecord.
 The one collective, the all-reduce after the row-parallel output projection, is run by the executor:
 it sums every rank's ``state["partial"]`` in rank order (fp32) and hands the result back.
+
+A step also declares where later steps read its output (`Step.state_key`): the state entry that holds
+the recorded output's values, maybe viewed in another shape. That makes replacing a step's output one
+well-defined operation (`replace_output`), which hooks and activation patching rely on: the record
+and the state entry get the new values, so every later step consumes them.
 """
 
 from __future__ import annotations
@@ -68,9 +73,52 @@ def step_label(layer: RankLayer, step_name: str) -> str:
 
 @dataclass
 class Step:
+    """One op of a rank's forward.
+
+    ``state_key`` names the state entry later steps read this step's output from (it holds the
+    recorded output's values, possibly in another shape); None when no later step reads the output.
+    ``fixed`` says why the output cannot be replaced, for a step whose later readers take something
+    other than its recorded output (None: replaceable).
+    """
+
     name: str
     run: Callable[[dict], StepRecord] | None
     collective: bool = False
+    state_key: str | None = None
+    fixed: str | None = None
+
+
+class StepNotReplaceable(ValueError):
+    """A hook asked to replace the output of a step whose later readers take something else."""
+
+
+def replace_output(step: Step, state: dict, record: StepRecord, new: torch.Tensor) -> None:
+    """Make `new` the output of `step` on the record's rank: in the record and in the state entry
+    later steps read (`Step.state_key`), so the rest of the forward consumes it.
+
+    `new` must have the recorded output's shape and dtype (it is moved to the output's device); the
+    record is marked ``replaced``. Tensors are never written in place: a shared linear's memoized
+    result or an input the caller still holds stays as it was.
+    """
+    where = f"step {step.name}" + (f" on rank {record.rank}" if record.rank is not None else "")
+    if step.fixed is not None:
+        raise StepNotReplaceable(f"{where}: its output cannot be replaced: {step.fixed}")
+    if not isinstance(new, torch.Tensor):
+        raise TypeError(f"{where}: a hook returned {type(new).__name__}; it must return a torch.Tensor or None")
+    old = record.output
+    if old is None:
+        raise StepNotReplaceable(f"{where}: the step recorded no output, so there is nothing to replace")
+    if new.shape != old.shape or new.dtype != old.dtype:
+        raise ValueError(
+            f"{where}: a replacement must have the step's output shape {tuple(old.shape)} and dtype {old.dtype}, "
+            f"got shape {tuple(new.shape)} and dtype {new.dtype}"
+        )
+    new = new.to(old.device)
+    record.output = new
+    record.replaced = True
+    record._stats = None  # recomputed from the new values on first use
+    if step.state_key is not None:
+        state[step.state_key] = new.reshape(state[step.state_key].shape)
 
 
 class RankLayer(ABC):
@@ -116,6 +164,11 @@ class RankLayer(ABC):
             violations=list(call.violations),
             **fields,
         )
+
+    @staticmethod
+    def all_reduce_step() -> Step:
+        """The collective that ends every forward: the executor sums ``state["partial"]`` over ranks."""
+        return Step("all_reduce", None, collective=True, state_key="output")
 
     def finish_all_reduce(self, state: dict, reduced: torch.Tensor) -> StepRecord:
         state["output"] = reduced.to(self.dtype)

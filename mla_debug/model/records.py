@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..layouts import ContractViolation
+from ..layouts import ContractViolation, ScaleRead, WeightLayout
 
 # How a step's per-rank outputs combine into one TP-independent tensor.
 REPLICATED = "replicated"  # every rank holds the same tensor; rank 0's is kept
@@ -14,8 +14,10 @@ PARTIAL = "partial"  # each rank holds a partial sum; summed in rank order (what
 CONCAT = "concat"  # column-parallel shards; concatenated in rank order along `gather_dim`
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepStats:
+    """amax of the finite values of a step output (NaN when none is finite), and its NaN / Inf counts."""
+
     amax: float
     nan: int
     inf: int
@@ -39,8 +41,12 @@ class StepRecord:
     """One op of one layer forward.
 
     ``rank`` is the rank for a per-rank record and None for the gathered (TP-independent) record.
-    ``kernel`` names the GEMM kernel (or the producer/reader) that ran; ``input_layout``, ``scale_layout``
-    and ``weight_layout`` say in words which layouts it consumed.
+    ``kernel`` names the GEMM kernel (or the producer/reader) that ran. ``scale_layout`` says how the
+    step handed over its activation scale (ScaleRead: the layout written, the layout it was read as)
+    and ``weight_layout`` which weight layout it read (WeightLayout: every transform and who made it);
+    both are None for a step that has no such operand.
+    ``replaced`` is True when a hook replaced the output the step computed (activation patching,
+    `mla_debug.parallel.Patch`).
     """
 
     name: str
@@ -49,12 +55,12 @@ class StepRecord:
     kernel: str | None = None
     gather: str = REPLICATED
     gather_dim: int = -1
-    input_layout: str | None = None
-    scale_layout: str | None = None
-    weight_layout: str | None = None
+    scale_layout: ScaleRead | None = None
+    weight_layout: WeightLayout | None = None
     violations: list[ContractViolation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    replaced: bool = False
     _stats: StepStats | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -76,12 +82,14 @@ class StepRecord:
         """
         shape = tuple(self.output.shape) if self.output is not None else "-"
         parts = [f"{self.name}: {shape}", f"kernel {self.kernel or '-'}"]
-        if self.scale_layout:
+        if self.scale_layout is not None:
             parts.append(f"scale {self.scale_layout}")
-        if self.weight_layout:
+        if self.weight_layout is not None:
             parts.append(f"weight {self.weight_layout}")
         if self.stats:
             parts.append(f"amax {self.stats.amax:.3g}, nan {self.stats.nan}, inf {self.stats.inf}")
+        if self.replaced:
+            parts.append("output replaced by a hook")
         line = "; ".join(parts)
         if len(self.violations) == 1:
             line += f"; violation: {self.violations[0]}"

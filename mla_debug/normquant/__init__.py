@@ -6,7 +6,8 @@
 Backends: "torch" (reference), "triton" (`triton_fused`, with the unfused Triton baseline in
 `triton_unfused`), "aiter" (`aiter_backend`: aiter itself on ROCm), "aiter-triton"
 (`aiter_triton_backend`: aiter's Triton op run off ROCm by the real-aiter loader); neither Triton nor
-aiter is imported until used.
+aiter is imported until used. They are registered in `NORM_QUANT_BACKENDS`, an `implementations.Registry`
+like the GEMM kernels' `KERNELS`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from . import aiter_backend, aiter_triton_backend, triton_fused  # noqa: F401  (
 from ._inputs import MAX_WIDTH, NormQuantArgs, validate_inputs
 from .reference import (
     AUTO_ORDER,
-    BackendEntry,
+    NORM_QUANT_BACKENDS,
+    NormQuantBackend,
     NormQuantResult,
     available_backends,
     fused_qk_rmsnorm_group_quant,
@@ -30,8 +32,9 @@ from .unfused import V4UnfusedResult, aiter_test_reference, norm_then_quant, nor
 __all__ = [
     "AUTO_ORDER",
     "MAX_WIDTH",
-    "BackendEntry",
+    "NORM_QUANT_BACKENDS",
     "NormQuantArgs",
+    "NormQuantBackend",
     "NormQuantResult",
     "V4UnfusedResult",
     "aiter_test_reference",

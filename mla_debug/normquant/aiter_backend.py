@@ -98,17 +98,18 @@ def _aiter_op() -> NativeOp | str:
     )
 
 
-def _check(args: NormQuantArgs, fp8: torch.dtype, op: NativeOp) -> None:
+def _problem(args: NormQuantArgs, fp8: torch.dtype, op: NativeOp) -> tuple[type[Exception], str] | None:
+    """What aiter's op refuses in this call (the error type a caller raises, and why), or None."""
     if args.flavor.name not in ("aiter-fused", "aiter"):
-        raise ValueError(
+        return ValueError, (
             f"{OP}: flavor={args.flavor.name!r}: aiter's fused op quantizes with its own recipe, flavor 'aiter-fused'"
         )
     if args.fmt.dtype != fp8:
-        raise ValueError(
+        return ValueError, (
             f"{OP}: fmt={args.fmt.name}: aiter's kernel writes this GPU's fp8 type {fp8} (aiter.dtypes.fp8) only"
         )
     if args.q.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError(f"{OP}: q: {describe(args.q)}: aiter's kernel takes bf16/fp16 q only")
+        return TypeError, f"{OP}: q: {describe(args.q)}: aiter's kernel takes bf16/fp16 q only"
     for name, t in (
         ("q_weight", args.q_weight),
         ("k", args.k),
@@ -116,11 +117,31 @@ def _check(args: NormQuantArgs, fp8: torch.dtype, op: NativeOp) -> None:
         ("residual", args.residual),
     ):
         if t is not None and t.dtype != args.q.dtype:
-            raise TypeError(f"{OP}: {name}: {describe(t)}: aiter's kernel needs it in q's dtype {args.q.dtype}")
+            return TypeError, f"{OP}: {name}: {describe(t)}: aiter's kernel needs it in q's dtype {args.q.dtype}"
     if args.gemma_norm:
         accepts_gemma = op.kind == "hip" and "gemma_norm" in inspect.signature(op.fn).parameters
         if not accepts_gemma:
-            raise ValueError(f"{OP}: gemma_norm=True: this aiter's {op.where} has no gemma_norm")
+            return ValueError, f"{OP}: gemma_norm=True: this aiter's {op.where} has no gemma_norm"
+    return None
+
+
+def _op_and_dtype() -> tuple[NativeOp, torch.dtype] | str:
+    """aiter's op and the fp8 dtype it writes; or why aiter cannot be had."""
+    op = _aiter_op()
+    if isinstance(op, str):
+        return op
+    import aiter
+
+    return op, aiter.dtypes.fp8
+
+
+def aiter_unsupported_reason(args: NormQuantArgs) -> str | None:
+    """Why aiter's op cannot take this call (or aiter cannot be had at all), or None when it can."""
+    found = _op_and_dtype()
+    if isinstance(found, str):
+        return found
+    problem = _problem(args, found[1], found[0])
+    return None if problem is None else problem[1]
 
 
 def _run_hip(op: NativeOp, args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
@@ -177,15 +198,26 @@ def _run_triton(op: NativeOp, args: NormQuantArgs, return_unquantized: bool) -> 
 
 
 def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
-    op = _aiter_op()
-    if isinstance(op, str):
-        raise RuntimeError(f"{OP}: backend 'aiter': {op}")
-    import aiter
-
-    _check(args, aiter.dtypes.fp8, op)
+    found = _op_and_dtype()
+    if isinstance(found, str):
+        raise RuntimeError(f"{OP}: backend 'aiter': {found}")
+    op, fp8 = found
+    problem = _problem(args, fp8, op)
+    if problem is not None:
+        error, reason = problem
+        raise error(reason)
     if op.kind == "hip":
         return _run_hip(op, args, return_unquantized)
     return _run_triton(op, args, return_unquantized)
 
 
-register_builtin_backend("aiter", _run, aiter_unavailable_reason)
+register_builtin_backend(
+    "aiter",
+    _run,
+    aiter_unavailable_reason,
+    unsupported_reason=aiter_unsupported_reason,
+    description=(
+        "aiter's fused op on ROCm GPUs: the HIP fused_qk_rmsnorm_group_quant, else the released Triton "
+        "fused_rms_fp8_group_quant"
+    ),
+)

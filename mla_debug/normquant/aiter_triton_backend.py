@@ -37,19 +37,33 @@ def interpreted_on(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def check(args: NormQuantArgs) -> None:
-    """What aiter's op cannot do, as errors naming the argument and the rule."""
+def _problem(args: NormQuantArgs) -> tuple[type[Exception], str] | None:
+    """What aiter's op cannot do in this call (the error type a caller raises, and why), or None."""
     if args.flavor.name not in FLAVORS:
-        raise ValueError(
+        return ValueError, (
             f"{OP}: flavor={args.flavor.name!r}: aiter's fused_rms_fp8_group_quant quantizes with its own "
             "recipe, flavor 'aiter-fused'"
         )
     if args.gemma_norm:
-        raise ValueError(f"{OP}: gemma_norm=True: aiter's Triton fused_rms_fp8_group_quant has no gemma_norm")
+        return ValueError, f"{OP}: gemma_norm=True: aiter's Triton fused_rms_fp8_group_quant has no gemma_norm"
     if args.k is not None and args.k.dtype != args.q.dtype:
-        raise TypeError(f"{OP}: k: {describe(args.k)}: aiter's Triton op writes k in q's dtype {args.q.dtype}")
+        return TypeError, f"{OP}: k: {describe(args.k)}: aiter's Triton op writes k in q's dtype {args.q.dtype}"
     if args.group_size & (args.group_size - 1):
-        raise ValueError(f"{OP}: group_size={args.group_size}: aiter's Triton op tiles rows in powers of two")
+        return ValueError, f"{OP}: group_size={args.group_size}: aiter's Triton op tiles rows in powers of two"
+    return None
+
+
+def unsupported_reason(args: NormQuantArgs) -> str | None:
+    problem = _problem(args)
+    return None if problem is None else problem[1]
+
+
+def check(args: NormQuantArgs) -> None:
+    """What aiter's op cannot do, as errors naming the argument and the rule."""
+    problem = _problem(args)
+    if problem is not None:
+        error, reason = problem
+        raise error(reason)
 
 
 def _empty(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
@@ -90,4 +104,11 @@ def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     )
 
 
-register_builtin_backend(NAME, _run, unavailable_reason, interpreted_on)
+register_builtin_backend(
+    NAME,
+    _run,
+    unavailable_reason,
+    interpreted_on,
+    unsupported_reason,
+    description="aiter's own Triton fused_rms_fp8_group_quant (amd-aiter, pinned), off ROCm",
+)

@@ -5,22 +5,25 @@ straight from the fp32 normalized values - one rounding, where the unfused path 
 rounds to bf16 and quantizes that (two roundings). DeepSeek-V4 on ROCm runs it on (qr, kv) after
 fused_wqa_wkv since vLLM PR #53540.
 
-Backends are looked up in a small registry, each entry saying which devices it serves: ``"torch"`` (the
-reference below, every device), ``"triton"`` (`triton_fused.py`: CUDA GPUs, or the CPU under
-``TRITON_INTERPRET=1``), ``"aiter"`` (`aiter_backend.py`: ROCm GPUs with aiter importable) and
+Backends are implementations in the sense of `mla_debug.implementations` (as the GEMM kernels are),
+held by the registry `NORM_QUANT_BACKENDS`, each saying which devices it serves and which calls it takes:
+``"torch"`` (the reference below, every device), ``"triton"`` (`triton_fused.py`: CUDA GPUs, or the CPU
+under ``TRITON_INTERPRET=1``), ``"aiter"`` (`aiter_backend.py`: ROCm GPUs with aiter importable) and
 ``"aiter-triton"`` (`aiter_triton_backend.py`: aiter's Triton op off ROCm, through the real-aiter loader).
 ``"auto"`` picks the first of :data:`AUTO_ORDER` that serves q's device - never Triton's CPU interpreter,
-never "aiter-triton".
+never "aiter-triton". A backend module registers itself with `register_builtin_backend`; besides "auto"'s
+preference (`AUTO_ORDER`), nothing names it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 
+from ..implementations import Check, Registry
 from ..layouts import QuantizedActivation, present_scale
 from ..numerics import Fp8Format, QuantFlavor
 from ..numerics.quantize import group_quantize
@@ -49,23 +52,67 @@ Backend = Callable[[NormQuantArgs, bool], NormQuantResult]
 # Why a backend cannot serve tensors on a device (None when it can).
 UnavailableReason = Callable[[torch.device], "str | None"]
 DevicePredicate = Callable[[torch.device], bool]
+# Why a backend cannot take a call's (validated) arguments (None when it can).
+UnsupportedReason = Callable[[NormQuantArgs], "str | None"]
 
 # Preference of "auto", fastest first, among the backends available for q's device.
 AUTO_ORDER: tuple[str, ...] = ("aiter", "triton", "torch")
 
 
+def _serves_every_device(device: torch.device) -> str | None:
+    return None
+
+
+def _never(device: torch.device) -> bool:
+    return False
+
+
+def _takes_every_call(args: NormQuantArgs) -> str | None:
+    return None
+
+
+def _device(device: torch.device | str | None) -> torch.device:
+    # No device given: tensors created without one land on torch's default device (the CPU unless set).
+    return torch.get_default_device() if device is None else torch.device(device)
+
+
 @dataclass(frozen=True)
-class BackendEntry:
-    """A registered backend and the devices it serves.
+class NormQuantBackend:
+    """A registered backend of the op, and what it serves (an `implementations.Implementation`).
 
     unavailable_reason(device): None when it can run on tensors on `device`, else why not.
     interpreted_on(device): True where it runs only through an interpreter (Triton's on the CPU): it
     then runs when asked for by name, but is not listed as available and never picked by "auto".
+    unsupported_reason(args): None when it takes a call's validated arguments, else why not (its run
+    raises the same reason).
     """
 
+    name: str
     run: Backend
-    unavailable_reason: UnavailableReason
-    interpreted_on: DevicePredicate
+    unavailable_reason: UnavailableReason = _serves_every_device
+    interpreted_on: DevicePredicate = _never
+    unsupported_reason: UnsupportedReason = _takes_every_call
+    description: str = ""
+    operation: ClassVar[str] = OP
+
+    def availability(self, device: torch.device | str | None = None) -> Check:
+        """Whether it runs on tensors on `device` (default: torch's default device), and how or why not."""
+        where = _device(device)
+        reason = self.unavailable_reason(where)
+        if reason is not None:
+            return Check(False, reason)
+        if self.interpreted_on(where):
+            return Check(True, f"only through an interpreter on {where.type} tensors: when asked for by name")
+        return Check(True, f"runs on {where.type} tensors")
+
+    def offered_on(self, device: torch.device) -> bool:
+        """Available on `device` without an interpreter: what `available_backends` lists and "auto" picks."""
+        return self.unavailable_reason(device) is None and not self.interpreted_on(device)
+
+    def can_implement(self, problem: NormQuantArgs) -> Check:
+        """Whether it takes this call (arguments already checked by `validate_inputs`)."""
+        reason = self.unsupported_reason(problem)
+        return Check(True, "takes these arguments") if reason is None else Check(False, reason)
 
 
 def quantize_normed(y: torch.Tensor, args: NormQuantArgs, producer: str) -> QuantizedActivation:
@@ -100,27 +147,11 @@ def _torch_backend(args: NormQuantArgs, return_unquantized: bool) -> NormQuantRe
     )
 
 
-def _serves_every_device(device: torch.device) -> str | None:
-    return None
-
-
-def _never(device: torch.device) -> bool:
-    return False
-
-
-# Built-in backends (torch here; triton and aiter register from their modules) and backends registered
-# with `register_backend`, which take precedence over a built-in of the same name until unregistered.
-_BUILTIN: dict[str, BackendEntry] = {"torch": BackendEntry(_torch_backend, _serves_every_device, _never)}
-_REGISTERED: dict[str, BackendEntry] = {}
-
-
-def _entries() -> dict[str, BackendEntry]:
-    return {**_BUILTIN, **_REGISTERED}
-
-
-def _device(device: torch.device | str | None) -> torch.device:
-    # No device given: tensors created without one land on torch's default device (the CPU unless set).
-    return torch.get_default_device() if device is None else torch.device(device)
+# The built-in backends (torch here; triton and aiter register from their modules), and above them the
+# backends registered with `register_backend`, which shadow a built-in of the same name until
+# unregistered. Scenario files check backend names against NORM_QUANT_BACKENDS ("auto" included).
+_BUILTIN: Registry[NormQuantBackend] = Registry(OP, "norm+quant backend")
+NORM_QUANT_BACKENDS: Registry[NormQuantBackend] = Registry(OP, "norm+quant backend", keywords=("auto",), below=_BUILTIN)
 
 
 def available_backends(device: torch.device | str | None = None) -> tuple[str, ...]:
@@ -131,11 +162,7 @@ def available_backends(device: torch.device | str | None = None) -> tuple[str, .
     Triton's CPU interpreter (``TRITON_INTERPRET=1``) is not listed: it runs only when asked for by name.
     """
     where = _device(device)
-    usable = {
-        name
-        for name, entry in _entries().items()
-        if entry.unavailable_reason(where) is None and not entry.interpreted_on(where)
-    }
+    usable = {name for name, entry in NORM_QUANT_BACKENDS.items() if entry.offered_on(where)}
     ordered = [name for name in AUTO_ORDER if name in usable]
     return tuple(ordered + sorted(usable - set(ordered)))
 
@@ -145,28 +172,45 @@ def register_backend(
     backend: Backend,
     unavailable_reason: UnavailableReason | None = None,
     interpreted_on: DevicePredicate | None = None,
+    unsupported_reason: UnsupportedReason | None = None,
+    description: str = "",
 ) -> None:
     """Register `backend` (called with validated `NormQuantArgs` and `return_unquantized`) under `name`.
 
-    By default it serves every device natively; `unavailable_reason` and `interpreted_on` (see
-    `BackendEntry`) narrow that. "auto" considers it at its place in `AUTO_ORDER` (names outside it come
-    after "torch", which serves everything, so "auto" never picks them).
-    A registered backend shadows a built-in one of the same name ("triton", "aiter") until
-    `unregister_backend`; "torch" cannot be replaced.
+    By default it serves every device natively and takes every call; `unavailable_reason`,
+    `interpreted_on` and `unsupported_reason` (see `NormQuantBackend`) narrow that. "auto" considers it
+    at its place in `AUTO_ORDER` (names outside it come after "torch", which serves everything, so "auto"
+    never picks them). A registered backend shadows a built-in one of the same name ("triton", "aiter")
+    until `unregister_backend`; "torch" cannot be replaced.
     """
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"register_backend: name {name!r} must be a non-empty string other than 'auto'")
-    taken = _REGISTERED.get(name) or (_BUILTIN["torch"] if name == "torch" else None)
-    if taken is not None and taken.run is not backend:
+    held = NORM_QUANT_BACKENDS.find(name)
+    registered_here = held is not None and held is not _BUILTIN.find(name)
+    if (registered_here or name == "torch") and held.run is not backend:
         raise ValueError(f"register_backend: a backend named {name!r} is already registered")
-    _REGISTERED[name] = BackendEntry(backend, unavailable_reason or _serves_every_device, interpreted_on or _never)
+    entry = NormQuantBackend(
+        name,
+        backend,
+        unavailable_reason or _serves_every_device,
+        interpreted_on or _never,
+        unsupported_reason or _takes_every_call,
+        description,
+    )
+    NORM_QUANT_BACKENDS.register(name, entry, replace=True)
 
 
 def register_builtin_backend(
-    name: str, backend: Backend, unavailable_reason: UnavailableReason, interpreted_on: DevicePredicate = _never
+    name: str,
+    backend: Backend,
+    unavailable_reason: UnavailableReason,
+    interpreted_on: DevicePredicate = _never,
+    unsupported_reason: UnsupportedReason = _takes_every_call,
+    description: str = "",
 ) -> None:
     """Register one of the library's own backends (its module does this when imported)."""
-    _BUILTIN[name] = BackendEntry(backend, unavailable_reason, interpreted_on)
+    entry = NormQuantBackend(name, backend, unavailable_reason, interpreted_on, unsupported_reason, description)
+    _BUILTIN.register(name, entry, replace=True)
 
 
 def unregister_backend(name: str) -> None:
@@ -174,7 +218,15 @@ def unregister_backend(name: str) -> None:
     the torch reference cannot be removed."""
     if name == "torch":
         raise ValueError("unregister_backend: the 'torch' reference backend cannot be removed")
-    _REGISTERED.pop(name, None)
+    NORM_QUANT_BACKENDS.unregister(name)
+
+
+register_builtin_backend(
+    "torch",
+    _torch_backend,
+    _serves_every_device,
+    description="the reference: fp32 norm, q quantized from the fp32 values (one rounding), every device",
+)
 
 
 def _require_name(backend: object) -> str:
@@ -194,10 +246,10 @@ def resolve_backend(backend: str, device: torch.device | str | None = None) -> s
     where = _device(device)
     if backend == "auto":
         return available_backends(where)[0]  # "torch" serves every device
-    entry = _entries().get(backend)
-    reason = None if entry is None else entry.unavailable_reason(where)
-    if entry is None or reason is not None:
-        why = "" if entry is None else f" for {where.type} tensors: {reason}"
+    entry = NORM_QUANT_BACKENDS.find(backend)
+    availability = None if entry is None else entry.availability(where)
+    if availability is None or not availability.ok:
+        why = "" if availability is None else f" for {where.type} tensors: {availability.reason}"
         raise ValueError(
             f"{OP}: backend={backend!r} is not available here: no implementation is registered under that "
             f"name{why}. Registered backends: {', '.join(available_backends(where))}; those serve {where.type} "
@@ -249,4 +301,4 @@ def fused_qk_rmsnorm_group_quant(
         OP, q, q_weight, q_eps, k, k_weight, k_eps, residual, group_size, transpose_scale, fmt, flavor, gemma_norm
     )
     chosen = resolve_backend(backend, args.q.device)
-    return _entries()[chosen].run(args, bool(return_unquantized))
+    return NORM_QUANT_BACKENDS.get(chosen).run(args, bool(return_unquantized))

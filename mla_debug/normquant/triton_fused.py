@@ -36,4 +36,15 @@ def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     )
 
 
-register_builtin_backend("triton", _run, support.triton_unavailable_reason, support.triton_interpreted_on)
+def _unsupported_reason(args: NormQuantArgs) -> str | None:
+    return launch.unsupported_reason(OP, args)
+
+
+register_builtin_backend(
+    "triton",
+    _run,
+    support.triton_unavailable_reason,
+    support.triton_interpreted_on,
+    _unsupported_reason,
+    description="Triton kernel, one launch for the q and k rows (CUDA GPUs; the CPU under TRITON_INTERPRET=1)",
+)

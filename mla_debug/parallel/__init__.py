@@ -1,7 +1,11 @@
-"""TP sharding rules and executors (in-process lock step, torch.distributed), and the run entry points."""
+"""TP sharding rules, the one step loop with hooks, its in-process and torch.distributed executors,
+activation patching, and the run entry points."""
 
 from .distributed import RankError
+from .hooks import StepHook
 from .layer_run import LayerRun
+from .observe import RunDescription, RunListener, StepObserver
+from .patch import Patch
 from .run import EXECUTORS, MODES, MLALayer, check_device, run_layer
 from .sharding import COLUMN, REPLICATED, ROW, LinearSpec, linear_specs
 
@@ -15,7 +19,12 @@ __all__ = [
     "LayerRun",
     "LinearSpec",
     "MLALayer",
+    "Patch",
     "RankError",
+    "RunDescription",
+    "RunListener",
+    "StepHook",
+    "StepObserver",
     "linear_specs",
     "run_layer",
 ]

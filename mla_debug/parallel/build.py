@@ -18,6 +18,7 @@ class LayerBuilder:
 
     Full weights are materialized once and sharded by views; replicated linears are built and loaded
     once and shared by all in-process ranks (every rank would hold identical bytes and kernel state).
+    The TP size is validated by the entry point that builds (`cfg.check_tp`, once per call), not here.
     """
 
     def __init__(
@@ -30,7 +31,6 @@ class LayerBuilder:
         dtype: torch.dtype,
         policy: KernelPolicy | None = None,
     ) -> None:
-        cfg.check_tp(tp_size)
         if ckpt.cfg.arch != cfg.arch:
             raise ValueError(f"checkpoint is a {ckpt.cfg.arch} layer but the config {cfg.name!r} is {cfg.arch}")
         self.cfg, self.ckpt, self.tp_size = cfg, ckpt, tp_size

@@ -1,8 +1,9 @@
 """torch.distributed executor: one process per rank (gloo on CPU, nccl when every rank has a GPU).
 
-Each process builds and runs its own rank; the all-reduce is an all-gather followed by an fp32 sum in
-rank order - the same arithmetic as the in-process executor, so both give bitwise identical runs.
-Every rank's records are gathered to rank 0 and sent back. A rank that raises ends the run with that
+Each process builds its own rank and runs it through the one step loop (`parallel.loop`); the
+all-reduce is an all-gather followed by an fp32 sum in rank order - the same arithmetic as the
+in-process executor, so both give bitwise identical runs. Hooks and step observers (a profiler's
+ranges, each rank's own trace: see `parallel.observe`) travel to the ranks by pickle. Every rank's records are gathered to rank 0 and sent back. A rank that raises ends the run with that
 rank's error; a rank that dies without reporting (a crash, os._exit, a script re-imported without a
 `__main__` guard) ends it with its exit code and its own output; a run that outlives `timeout` is
 killed; no process is left behind either way. Each rank's stdout and stderr go to a file of its own
@@ -23,15 +24,17 @@ import tempfile
 import time
 import traceback
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .._stdio import output_inherited_from, quiet_profiler, read_excerpt
-from ..model.program import step_label
+from .._stdio import output_inherited_from, read_excerpt
 from .gather import sum_in_rank_order
+from .layer_run import events_of, kernels_of
+from .loop import run_steps
 
 # What multiprocessing raises in a spawned child that re-imports a script whose top level starts
 # processes (multiprocessing/spawn.py, _check_not_importing_main).
@@ -78,7 +81,10 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
         )
         from .build import LayerBuilder
 
-        with _rank_profiler(payload.get("profile_dir"), rank, use_cuda):
+        observers = payload.get("observers", ())
+        with contextlib.ExitStack() as around:
+            for observer in observers:
+                around.enter_context(observer.around_rank(rank, device))
             builder = LayerBuilder(
                 payload["cfg"],
                 payload["ckpt"].to(device),
@@ -94,26 +100,21 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
                 print(f"rank {rank} is about to crash", flush=True)
                 os.write(2, f"native message from rank {rank}\n".encode())
                 os._exit(70)
-            state = layer.begin(payload["hidden"].to(device), payload["positions"].to(device))
-            records = []
-            for step in layer.steps(payload["mode"]):
-                with torch.profiler.record_function(step_label(layer, step.name)):
-                    if step.collective:
-                        partial = state["partial"].to(torch.float32).contiguous()
-                        parts = [torch.empty_like(partial) for _ in range(world)]
-                        dist.all_gather(parts, partial)
-                        records.append(layer.finish_all_reduce(state, sum_in_rank_order(parts)))
-                    else:
-                        records.append(step.run(state))
+            steps = run_steps(
+                [layer],
+                payload["hidden"].to(device),
+                payload["positions"].to(device),
+                payload["mode"],
+                partial(_all_gather_sum, world),
+                payload.get("hooks"),
+                observers,
+            )
+            records = [record for _, (record,) in steps]
         records = [_to_cpu(record) for record in records]
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(records, gathered, dst=0)
         if rank == 0:
-            report = {
-                "records": gathered,
-                "kernels": {name: describe_kernel(linear) for name, linear in layer.linears.items()},
-                "events": {name: list(linear.events) for name, linear in layer.linears.items()},
-            }
+            report = {"records": gathered, "kernels": kernels_of(layer), "events": events_of(layer)}
             # Plain pickle bytes, not torch's shared-memory tensor handles: those die with this process.
             results.put(("ok", rank, pickle.dumps(report)))
         dist.destroy_process_group()
@@ -121,19 +122,14 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
         results.put(("error", rank, traceback.format_exc()))
 
 
-def _rank_profiler(folder: str | None, rank: int, use_cuda: bool):
-    """A profiler that writes this rank's trace into `folder` on exit, or a no-op without a folder.
-
-    Each rank profiles itself (the parent only waits), so a distributed run gives one trace per rank:
-    ``rank<r>.<ns>.pt.trace.json.gz``, the layout tensorboard's profiler plugin lists as one run.
-    """
-    if not folder:
-        return contextlib.nullcontext()
-    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
-    handler = tensorboard_trace_handler(folder, worker_name=f"rank{rank}", use_gzip=True)
-    return quiet_profiler(profile(activities=activities, record_shapes=True, on_trace_ready=handler))
+def _all_gather_sum(world: int, partials: list[torch.Tensor]) -> torch.Tensor:
+    """The all-reduce of one rank process: all-gather every rank's partial, then the fp32 sum in rank
+    order that the in-process executor computes (so both are bitwise identical)."""
+    (partial_sum,) = partials
+    partial_sum = partial_sum.to(torch.float32).contiguous()
+    parts = [torch.empty_like(partial_sum) for _ in range(world)]
+    dist.all_gather(parts, partial_sum)
+    return sum_in_rank_order(parts)
 
 
 def _to_cpu(record):
@@ -141,12 +137,6 @@ def _to_cpu(record):
     record.output = record.output.cpu() if record.output is not None else None
     record.extras = {key: t.cpu() for key, t in record.extras.items()}
     return record
-
-
-def describe_kernel(linear) -> str:
-    """'kernel: reason' of a quantized linear (its selection reason starts with the kernel name)."""
-    block = getattr(linear, "block", None)
-    return block.kernel_reason if block is not None else "dense (unquantized)"
 
 
 def _how_it_ended(exitcode: int) -> str:
@@ -194,6 +184,10 @@ def _relay(logs: list[Path]) -> None:
 
 def run_ranks_distributed(payload: dict, world: int, timeout: float = 300.0, threads: int | None = 1) -> dict:
     """Run `world` rank processes; returns rank 0's report: per-rank record lists, kernels, events.
+
+    `payload` holds what every rank builds and runs: cfg, ckpt, hidden, positions (validated by the
+    caller), mode, platform, scenario, dtype, device, and optionally hooks (a hook table) and observers
+    (each entered around the rank's work and around every step), all sent by pickle.
 
     Raises RankError when a rank fails (its traceback, or its exit code and output), TimeoutError past
     `timeout` (with what each rank printed).

@@ -10,7 +10,7 @@ stays light.
 
 from __future__ import annotations
 
-from .capture import META_NAME, ProfileSession, describe_call, profile
+from .capture import META_NAME, ProfileSession, profile
 from .diff import TraceDiff, compare_traces
 from .trace import Trace, TraceWarning, load_trace, parse_step_name
 
@@ -21,7 +21,6 @@ __all__ = [
     "TraceDiff",
     "TraceWarning",
     "compare_traces",
-    "describe_call",
     "load_trace",
     "parse_step_name",
     "profile",

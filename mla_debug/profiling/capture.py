@@ -8,15 +8,21 @@ A run folder ``<out_dir>/<run_id>/`` holds ``<worker>.<ns>.pt.trace.json[.gz]`` 
 torch.profiler.tensorboard_trace_handler, so ``tensorboard --logdir <out_dir>`` with torch-tb-profiler
 lists the run; Perfetto UI and chrome://tracing open the files) and ``mla_debug_meta.json``. A run
 folder is never reused: the default run id is ``<timestamp>-<short uuid>``, and an explicit run id
-that already exists raises FileExistsError. For ``run_layer(executor="distributed")`` every rank
-profiles itself and writes ``rank<r>.<ns>.pt.trace.json.gz`` into the run folder.
+that already exists raises FileExistsError.
+
+A session takes part in the runs made while it is open through the step loop's observer contract
+(`mla_debug.parallel.observe`), not by knowing which function it wraps: it is a run listener, so every
+run carries its step observers (a ``mla.<step>[<kernel>]`` range per step; for the distributed
+executor, a trace written by each rank process, ``rank<r>.<ns>.pt.trace.json.gz``), and every finished
+run (a LayerRun, a TriageResult) announces itself, which is where the metadata's model, platform,
+scenario, tp, mode, tokens and executor come from. When every run announced was distributed, this
+process only waited on its ranks and its own trace is not written.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import gzip as _gzip
-import inspect
 import json
 import os
 import platform as _platform
@@ -31,9 +37,11 @@ from typing import Any
 
 import torch
 
+from .._files import create_folder, fresh_folder, publish_file, write_atomically
 from .._stdio import without_kineto_start_stop
-from ..analysis.report_json import write_atomically
+from ..parallel.observe import RunDescription, StepObserver, listening
 from .chrome import is_trace_file
+from .observers import RankTraces
 
 META_NAME = "mla_debug_meta.json"
 META_KEYS = ("model", "platform", "scenario", "tp", "mode", "tokens", "executor")
@@ -54,71 +62,17 @@ def _cpu_name() -> str:
     return _platform.processor() or _platform.machine() or "cpu"
 
 
-def _name_of(value: Any) -> Any:
-    """A config/platform/scenario object's name; strings and numbers as they are."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_name_of(v) for v in value]
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    name = getattr(value, "name", None)
-    return name if isinstance(name, str) else str(value)
-
-
-def describe_call(fn: Callable, args: tuple, kwargs: dict) -> dict:
-    """Model, platform, scenario, TP, mode, tokens and executor of a call, from its arguments.
-
-    Works by parameter name, so it covers run_layer (cfg, tp_size, mode, hidden, ...), triage (model,
-    tp_sizes, modes, tokens, bench) and MLALayer methods (from the layer itself); unknown keys stay None.
-    """
-    found: dict[str, Any] = dict.fromkeys(META_KEYS)
-    found["function"] = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-    owner = getattr(fn, "__self__", None)
-    if owner is not None and hasattr(owner, "cfg"):  # a bound method of an MLALayer (run, steps)
-        found.update(
-            model=_name_of(owner.cfg),
-            platform=_name_of(getattr(owner, "platform", None)),
-            scenario=_name_of(getattr(owner, "scenario", None)),
-            tp=getattr(owner, "tp_size", None),
-            executor="simulated",
-        )
-    try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return found  # the call itself will report its bad arguments
-    bound.apply_defaults()
-    values = bound.arguments
-    bench = values.get("bench")
-    for key, names in {
-        "model": ("cfg", "model"),
-        "platform": ("platform",),
-        "scenario": ("scenario",),
-        "tp": ("tp_size", "tp_sizes", "tp"),
-        "mode": ("mode", "modes"),
-        "executor": ("executor",),
-        "tokens": ("tokens",),
-    }.items():
-        for name in names:
-            if name in values and values[name] is not None:
-                found[key] = _name_of(values[name])
-                break
-    hidden = values.get("hidden")
-    if isinstance(hidden, torch.Tensor) and hidden.dim() >= 1:
-        found["tokens"] = int(hidden.shape[0])
-    if bench is not None:  # triage with a Workbench: its config and inputs decide
-        found["model"] = _name_of(getattr(bench, "cfg", found["model"]))
-        found["tokens"] = getattr(bench, "tokens", found["tokens"])
-        found["platform"] = _name_of(getattr(bench, "platform", found["platform"]))
-    elif found["function"] == "triage" and found["tokens"] is None:
-        found["tokens"] = 16  # triage's own default without a Workbench
+def described(descriptions: list[dict]) -> dict:
+    """The metadata keys of the runs a session saw: each key's value when every run agrees, else the
+    distinct values in order of appearance; None when no run was announced."""
+    found: dict[str, Any] = {}
+    for key in META_KEYS:
+        values: list = []
+        for description in descriptions:
+            if description[key] not in values:
+                values.append(description[key])
+        found[key] = None if not values else values[0] if len(values) == 1 else values
     return found
-
-
-def _is_distributed_run_layer(fn: Callable, call: dict) -> bool:
-    from ..parallel.run import run_layer
-
-    return fn is run_layer and call.get("executor") == "distributed"
 
 
 class ProfileSession:
@@ -128,7 +82,11 @@ class ProfileSession:
     ...     md.run_layer(cfg, ckpt, hidden, positions, tp_size=2)
     >>> session.folder, session.trace_paths, session.trace().per_step()
 
-    `metadata` may be edited inside the ``with`` block; it is written to ``mla_debug_meta.json`` on exit.
+    `metadata` may be edited inside the ``with`` block; it is written to ``mla_debug_meta.json`` on exit,
+    over what the runs made inside reported (`runs`: the description of each run announced).
+
+    While open, the session is a run listener (`mla_debug.parallel.observe.RunListener`): it gives
+    every run its step observers and collects the runs that announce themselves.
     """
 
     def __init__(
@@ -139,7 +97,7 @@ class ProfileSession:
         gzip: bool = True,
         record_shapes: bool = True,
         with_cuda: bool | str = "auto",
-        profile_here: bool = True,
+        function: str | None = None,
     ) -> None:
         if with_cuda not in ("auto", True, False):
             raise ValueError(f"with_cuda={with_cuda!r} must be 'auto', True or False")
@@ -161,13 +119,14 @@ class ProfileSession:
         self.gzip = gzip
         self.record_shapes = record_shapes
         self.with_cuda = torch.cuda.is_available() if with_cuda == "auto" else bool(with_cuda)
-        self.profile_here = profile_here
+        self.function = function
+        self.runs: list[RunDescription] = []  # every run announced while the session was open
         self.trace_paths: list[Path] = []
         self.meta_path: Path | None = None
         self._profiler: torch.profiler.profile | None = None
         self._state = "new"
         self._started = 0.0
-        self._described: dict = {}
+        self._listening = None
 
     def __repr__(self) -> str:
         return f"ProfileSession({self.folder}, {len(self.trace_paths)} trace file(s), {self._state})"
@@ -179,24 +138,25 @@ class ProfileSession:
         self._reserve_folder()
         self._state = "running"
         self._started = time.perf_counter()
-        if self.profile_here:
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if self.with_cuda:
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            self._profiler = torch.profiler.profile(
-                activities=activities, record_shapes=self.record_shapes, on_trace_ready=self._write_trace
-            )
-            # libkineto prints "USDT: ... profiler_start" (and _stop) to the C-level stderr on every start
-            # and stop, at a level above ERROR, so no log level hides it alone; filtered here instead.
-            with without_kineto_start_stop():
-                self._profiler.__enter__()
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.with_cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._profiler = torch.profiler.profile(
+            activities=activities, record_shapes=self.record_shapes, on_trace_ready=self._write_trace
+        )
+        # libkineto prints "USDT: ... profiler_start" (and _stop) to the C-level stderr on every start
+        # and stop, at a level above ERROR, so no log level hides it alone; filtered here instead.
+        with without_kineto_start_stop():
+            self._profiler.__enter__()
+        self._listening = listening(self)
+        self._listening.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
-            if self._profiler is not None:
-                with without_kineto_start_stop():
-                    self._profiler.__exit__(exc_type, exc, tb)  # stops, then calls _write_trace
+            self._listening.__exit__(exc_type, exc, tb)
+            with without_kineto_start_stop():
+                self._profiler.__exit__(exc_type, exc, tb)  # stops, then calls _write_trace
         finally:
             self._state = "done"
             if not self.gzip:
@@ -208,25 +168,42 @@ class ProfileSession:
         return False
 
     def _reserve_folder(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(100):
+        if self._explicit_id:
             try:
-                self.folder.mkdir()  # exist_ok=False: taking the name is the atomic check
-                return
+                create_folder(self.folder)
             except FileExistsError:
-                if self._explicit_id:
-                    raise FileExistsError(
-                        f"run folder {self.folder} already exists; pick another run_id (runs are never reused)"
-                    ) from None
-                self.run_id = _new_run_id()
-                self.folder = self.out_dir / self.run_id
-        raise FileExistsError(f"no free run folder name under {self.out_dir}")
+                raise FileExistsError(
+                    f"run folder {self.folder} already exists; pick another run_id (runs are never reused)"
+                ) from None
+            return
+        self.folder = fresh_folder(self.folder)
+        self.run_id = self.folder.name
+
+    # -- the run listener ------------------------------------------------------------------------------
+    def step_observers(self, executor: str) -> list[StepObserver]:
+        """For the distributed executor, each rank's own trace into the run folder (every run carries the
+        step ranges already)."""
+        if executor == "distributed":
+            return [RankTraces(str(self.folder), self.record_shapes, self.with_cuda)]
+        return []
+
+    def run_done(self, result) -> None:
+        description = getattr(result, "description", None)
+        if description is not None:
+            self.runs.append(description)
+
+    def _only_ranks_traced(self) -> bool:
+        """Every run announced was distributed: this process only waited, and each rank traced itself."""
+        return bool(self.runs) and all(run.executor == "distributed" for run in self.runs)
 
     def _write_trace(self, prof: torch.profiler.profile) -> None:
-        """on_trace_ready: the Chrome trace, named as tensorboard_trace_handler names it, written atomically."""
+        """on_trace_ready: the Chrome trace, named as tensorboard_trace_handler names it, written atomically
+        (not at all when the ranks of distributed runs wrote every trace worth having)."""
+        if self._only_ranks_traced():
+            return
         worker = f"{socket.gethostname()}_{os.getpid()}"
-        name = f"{worker}.{time.time_ns()}.pt.trace.json" + (".gz" if self.gzip else "")
-        target = self.folder / name
+        suffix = ".pt.trace.json" + (".gz" if self.gzip else "")
+        name = f"{worker}.{time.time_ns()}{suffix}"
         plain = self.folder / f".{name}.{os.getpid()}.tmp.json"
         prof.export_chrome_trace(str(plain))
         try:
@@ -235,9 +212,9 @@ class ProfileSession:
                 # Level 6: within a few percent of level 9's size, several times faster on big traces.
                 with open(plain, "rb") as src, _gzip.open(packed, "wb", compresslevel=6) as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-                os.replace(packed, target)
+                publish_file(packed, self.folder / name, suffix)
             else:
-                os.replace(plain, target)
+                publish_file(plain, self.folder / name, suffix)
         finally:
             plain.unlink(missing_ok=True)
 
@@ -252,20 +229,20 @@ class ProfileSession:
             except (OSError, EOFError):
                 tmp.unlink(missing_ok=True)
                 continue  # a rank that died mid-write: leave its file for load_trace to report
-            os.replace(tmp, target)
+            publish_file(tmp, target, ".pt.trace.json")
             packed.unlink()
 
     def _write_meta(self, exc: BaseException | None) -> None:
-        described = {key: None for key in (*META_KEYS, "function")} | self._described
         meta = {
-            **described,
+            **described([run.to_dict() for run in self.runs]),
+            "function": self.function,
             "run_id": self.run_id,
             "timestamp": _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds"),
             "elapsed_s": round(time.perf_counter() - self._started, 3),
             "torch": torch.__version__,
             "python": sys.version.split()[0],
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else _cpu_name(),
-            "cuda_activity": bool(self.with_cuda and self.profile_here),
+            "cuda_activity": bool(self.with_cuda),
             "hostname": socket.gethostname(),
             "trace_files": [p.name for p in self.trace_paths],
             "error": None if exc is None else f"{type(exc).__name__}: {exc}",
@@ -301,11 +278,12 @@ def profile(
     >>> with md.profile(out_dir="profiles", metadata={"scenario": "vllm-pr51692"}) as session: ...
 
     torch.profiler records CPU ops (and CUDA/ROCm kernels when torch sees a GPU and with_cuda="auto")
-    with input shapes (record_shapes) into ``<out_dir>/<run_id>/``, a fresh folder. Wrapping
-    ``run_layer(..., executor="distributed")`` makes each rank write its own trace (always gzipped by
-    the ranks; unpacked afterwards when gzip=False). The metadata file records model, platform,
-    scenario, tp, mode, tokens and executor (from the call's arguments), plus `metadata`, torch and
-    Python versions, the device name and a timestamp.
+    with input shapes (record_shapes) into ``<out_dir>/<run_id>/``, a fresh folder. A distributed run
+    inside makes each rank write its own trace (always gzipped by the ranks; unpacked afterwards when
+    gzip=False). The metadata file records model, platform, scenario, tp, mode, tokens and executor as
+    the runs made inside report them (a LayerRun's, or a TriageResult's for ``md.profile(md.triage,
+    ...)``; lists where several runs differ), the function called, plus `metadata` (which wins), torch
+    and Python versions, the device name and a timestamp.
     """
     if fn is None:
         if args or kwargs:
@@ -313,15 +291,8 @@ def profile(
         return ProfileSession(out_dir, run_id, metadata, gzip, record_shapes, with_cuda)
     if not callable(fn):
         raise TypeError(f"md.profile: {fn!r} is not callable (pass the function first, then its arguments)")
-    described = describe_call(fn, args, kwargs)
-    distributed = _is_distributed_run_layer(fn, described)
-    session = ProfileSession(out_dir, run_id, metadata, gzip, record_shapes, with_cuda, profile_here=not distributed)
-    session._described = described
-    if distributed and kwargs.get("profile_dir") is not None:
-        raise ValueError("md.profile sets run_layer's profile_dir itself; do not pass one")
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    session = ProfileSession(out_dir, run_id, metadata, gzip, record_shapes, with_cuda, function=name)
     with session:
-        if distributed:
-            # The parent only waits on its ranks; each rank records itself (parallel/distributed.py).
-            kwargs = {**kwargs, "profile_dir": str(session.folder)}
         result = fn(*args, **kwargs)
     return result, session

@@ -2,8 +2,8 @@
 
 A run folder written by `md.profile` holds one Chrome trace per process (one per rank for the
 distributed executor) and `mla_debug_meta.json`. Every event is attributed to the `mla.<step>[kernel]`
-range that the executors open around each step (see `mla_debug.model.program.step_label`), so the
-tables answer "which step spent how long, in which ops and kernels".
+range that `md.profile`'s step observer opens around each step of a run (`profiling.observers`; the
+names come from `mla_debug.model.program.step_label`), so the tables answer "which step spent how long, in which ops and kernels".
 
 pandas is imported inside the functions that build tables: `import mla_debug` stays pandas-free.
 """

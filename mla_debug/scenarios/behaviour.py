@@ -19,7 +19,8 @@ class ModelBehaviour:
     skip_model_shuffle_if_kernel_preshuffles: PR #56433 - the model does not shuffle a weight its
         kernel already preshuffled.
     v4_norm_quant_backend: which implementation runs the fused producer ("auto": the Triton kernel on
-        NVIDIA GPUs, aiter's on ROCm, the torch reference on the CPU; or "torch" / "triton" / "aiter").
+        NVIDIA GPUs, aiter's on ROCm, the torch reference on the CPU; or the name of a backend in
+        `normquant.NORM_QUANT_BACKENDS`: "torch", "triton", "aiter", ...).
     """
 
     v4_fused_norm_quant: bool = False

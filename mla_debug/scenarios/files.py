@@ -18,7 +18,8 @@ argument or the file's stem)::
 
 Inheritance from ``base``: scalars and lists replace the base's value; mappings (``overrides``,
 ``kernel_options`` per kernel, ``behaviour``) are merged key by key, so a file changes only what it
-names. Everything is validated here, eagerly - kernel names against the registry, kernel options
+names. Everything is validated here, eagerly - kernel and norm+quant backend names against their
+registries (`implementations.Registry`: an unknown name lists the registered ones), kernel options
 against the kernel class's constructor, tuned tables by reading them - so a bad file fails when it is
 loaded, not in the middle of a run.
 """
@@ -33,11 +34,11 @@ from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..kernels import Kernel, TunedTable, kernel_class, parse_disabled
+from ..implementations import Registry
+from ..kernels import KERNELS, Kernel, TunedTable, parse_disabled
+from ..normquant import NORM_QUANT_BACKENDS
 from ..numerics import quant_flavor
 from .behaviour import ModelBehaviour
-
-NORM_QUANT_BACKENDS = ("auto", "torch", "triton", "aiter", "aiter-triton")
 
 SUFFIXES = (".yml", ".yaml", ".json")
 
@@ -120,14 +121,20 @@ def _string_list(where: str, key: str, value: Any, expected: str) -> list[str]:
     return list(value)
 
 
-def _kernel(where: str, key: str, name: Any) -> type[Kernel]:
-    """The kernel class for `name`; the registry's error (which lists the valid names) otherwise."""
+def _registered(where: str, key: str, registry: Registry, name: Any) -> str:
+    """`name` as `registry` registers it (a keyword such as "auto" as it is); the registry's error, which
+    lists the valid names, otherwise. Kernels and norm+quant backends are checked this one way."""
     if not isinstance(name, str):
-        raise _type_error(where, key, name, "a kernel name (string)")
+        raise _type_error(where, key, name, f"a {registry.noun} name (string)")
     try:
-        return kernel_class(name)
+        return registry.check_name(name)
     except ValueError as err:
         raise ValueError(f"{where}: {key}: {err}") from None
+
+
+def _kernel(where: str, key: str, name: Any) -> type[Kernel]:
+    """The kernel class for `name` (a kernel name or vLLM class name)."""
+    return KERNELS.get(_registered(where, key, KERNELS, name))
 
 
 def _unique(names: list[str]) -> tuple[str, ...]:
@@ -228,8 +235,7 @@ def _behaviour(where: str, value: Any) -> dict[str, Any]:
     _reject_unknown(where, "behaviour field(s)", value, [f.name for f in fields(ModelBehaviour)])
     for flag, setting in value.items():
         if flag == "v4_norm_quant_backend":
-            if setting not in NORM_QUANT_BACKENDS:
-                raise _type_error(where, f"behaviour.{flag}", setting, f"one of {', '.join(NORM_QUANT_BACKENDS)}")
+            _registered(where, f"behaviour.{flag}", NORM_QUANT_BACKENDS, setting)
         elif not isinstance(setting, bool):
             raise _type_error(where, f"behaviour.{flag}", setting, "a bool (true or false)")
     return dict(value)

@@ -1,9 +1,10 @@
-"""Plots, styled tables and the HTML report of a TP triage; timelines and tables of kernel traces;
-plots of the fused norm+quant accuracy study.
+"""Plots, styled tables and the HTML report of a TP triage (drawn from a TriageReport); timelines and
+tables of kernel traces; plots of the fused norm+quant accuracy study.
 
     from mla_debug.viz import error_heatmap, block_heatmap, summary_styler, steps_styler, write_html
     from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler, trace_table_styler
     from mla_debug.viz import group_error_heatmap, error_histogram
+    from mla_debug.viz import verdict_text, shuffle_fit_text   # layout-forensics verdicts in words
     from mla_debug.viz import setup_notebook   # figures that survive a notebook's HTML export, offline
 
 plotly and pandas are imported inside the functions, so importing this package needs neither.
@@ -11,6 +12,7 @@ plotly and pandas are imported inside the functions, so importing this package n
 
 from __future__ import annotations
 
+from .forensics import shuffle_fit_text, verdict_text
 from .heatmaps import block_heatmap, error_heatmap
 from .normquant_plots import error_histogram, group_error_heatmap
 from .notebook import setup_notebook
@@ -28,11 +30,13 @@ __all__ = [
     "render_html",
     "setup_notebook",
     "short_name",
+    "shuffle_fit_text",
     "step_bars",
     "steps_styler",
     "summary_styler",
     "timeline",
     "trace_diff_styler",
     "trace_table_styler",
+    "verdict_text",
     "write_html",
 ]

@@ -22,9 +22,10 @@ PACKED_ID = "mla-debug-plotlyjs"
 BROWSERS = "Chrome/Edge 80, Firefox 113, Safari 16.4 or later"
 
 
-def figure_html(fig: Any) -> str:
+def figure_html(fig: Any, div_id: str | None = None) -> str:
     """The HTML fragment (a div and the script that fills it) of a plotly figure or figure dict, for a
-    page that holds plotly.js once, elsewhere. Neither plotly.js nor MathJax is included or linked."""
+    page that holds plotly.js once, elsewhere. Neither plotly.js nor MathJax is included or linked.
+    `div_id` names the div (plotly's default is a random id: give one for a reproducible page)."""
     from plotly.io import to_html
 
     layout = fig.get("layout", {}) if isinstance(fig, dict) else fig.layout.to_plotly_json()
@@ -38,6 +39,7 @@ def figure_html(fig: Any) -> str:
         default_width="100%",
         default_height=f"{int(height)}px",
         validate=False,
+        div_id=div_id,
     )
 
 

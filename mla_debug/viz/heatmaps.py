@@ -1,8 +1,9 @@
 """Error heatmaps of a TP triage: where (TP size x step) and then where inside one step's output
-(token x 128-column block) a run leaves the reference.
+(token x 128-column block) a run leaves the reference. Both draw from a TriageReport (or a live
+TriageResult, turned into its report first).
 
-    fig = error_heatmap(result, "decode")        # rows TP sizes, columns steps in layer order
-    fig = block_heatmap(result, 4, "decode")     # the first divergent step of TP4 decode
+    fig = error_heatmap(report, "decode")        # rows TP sizes, columns steps in layer order
+    fig = block_heatmap(report, 4, "decode")     # the first divergent step of TP4 decode
 
 plotly is imported inside the functions, so importing this module (or mla_debug) never needs it.
 """
@@ -14,30 +15,23 @@ import math
 from typing import TYPE_CHECKING
 
 from ._cells import COLOURSCALE, DIVERGED_COLOUR, flat_range, log10_grid, log_ticks, sci, step_hover
+from ._report_data import as_report, check_mode
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from ..analysis import TriageResult
+    from ..analysis.report import TriageReport
 
-# The column block of block_errors: one FP8 activation-quantization group (1x128) and one weight
-# block (128x128) wide, so a misread scale shows up as whole blocks.
-BLOCK = 128
 # Decimals of log10 rel_err kept per block heatmap cell.
 Z_DECIMALS = 4
 
 
-def _check_mode(result: TriageResult, mode: str) -> None:
-    if mode not in result.modes:
-        raise ValueError(f"mode {mode!r} was not triaged; this result has modes {', '.join(result.modes)}")
-
-
-def step_order(result: TriageResult, mode: str) -> list[str]:
+def step_order(report: TriageReport, mode: str) -> list[str]:
     """Step names of `mode` in layer order (the union over TP sizes, first run first)."""
     names: dict[str, None] = {}
-    for c in result.configs:
-        if c.mode == mode:
-            names.update(dict.fromkeys(s.name for s in c.diff.steps))
+    for r in as_report(report).runs:
+        if r.mode == mode:
+            names.update(dict.fromkeys(s.name for s in r.steps))
     return list(names)
 
 
@@ -63,8 +57,8 @@ def _rel_err_heatmap(
     )
 
 
-def error_heatmap(result: TriageResult, mode: str) -> go.Figure:
-    """plotly Figure of `result.error_matrix(mode)`: rows TP sizes, columns steps in layer order,
+def error_heatmap(report: TriageReport, mode: str) -> go.Figure:
+    """plotly Figure of the report's error matrix of `mode`: rows TP sizes, columns steps in layer order,
     colour log10 of each step's relative L2 error against the reference at the same TP size.
 
     Diverged cells (error above the step's threshold) are outlined and crossed in red; hovering a cell
@@ -72,13 +66,14 @@ def error_heatmap(result: TriageResult, mode: str) -> go.Figure:
     """
     import plotly.graph_objects as go
 
-    _check_mode(result, mode)
-    steps = step_order(result, mode)
-    tps = [tp for tp in result.tp_sizes if any(c.tp == tp and c.mode == mode for c in result.configs)]
-    matrix = result.error_matrix(mode).reindex(index=tps, columns=steps)
-    # error_matrix writes NaN both for a step a run lacks and for a NaN error; only the first is a gap.
-    present = {(c.tp, s.name) for c in result.configs if c.mode == mode for s in c.diff.steps}
-    rows = [[float(matrix.at[tp, name]) if (tp, name) in present else None for name in steps] for tp in tps]
+    report = as_report(report)
+    check_mode(report, mode)
+    steps = step_order(report, mode)
+    tps = [tp for tp in report.tp_sizes if any(r.tp == tp and r.mode == mode for r in report.runs)]
+    runs = [report.run(tp, mode) for tp in tps]
+    by_name = [{s.name: s for s in run.steps} for run in runs]
+    # A step a run lacks is a gap (None); a NaN error is a value, drawn at the top of the colour bar.
+    rows = [[found[name].rel_err if name in found else None for name in steps] for found in by_name]
     z, low, high = log10_grid(rows)
 
     labels = [f"TP{tp}" for tp in tps]
@@ -86,13 +81,11 @@ def error_heatmap(result: TriageResult, mode: str) -> go.Figure:
     diverged_x: list[str] = []
     diverged_y: list[str] = []
     shapes = []
-    for i, tp in enumerate(tps):
-        diff = result.config(tp, mode).diff
+    for i, (tp, found) in enumerate(zip(tps, by_name)):
         row = []
         for j, name in enumerate(steps):
-            try:
-                step = diff.step(name)
-            except KeyError:
+            step = found.get(name)
+            if step is None:
                 row.append(f"TP{tp} {html.escape(mode)}: no step {html.escape(name)} in this run")
                 continue
             row.append(step_hover(step, tp, mode))
@@ -129,11 +122,11 @@ def error_heatmap(result: TriageResult, mode: str) -> go.Figure:
             showlegend=False,
         )
     )
-    n_div = sum(result.config(tp, mode).diff.diverged for tp in tps)
+    n_div = sum(run.diverged for run in runs)
     fig.update_layout(
         title=dict(
             text=(
-                f"{html.escape(result.model)} on {html.escape(result.platform)} under {html.escape(result.scenario)}, "
+                f"{html.escape(report.model)} on {html.escape(report.platform)} under {html.escape(report.scenario)}, "
                 f"{html.escape(mode)}: {n_div} of {len(tps)} TP sizes diverged<br><sup>colour: log10 rel_err of each "
                 f"step vs the reference at the same TP size; red outline and cross: diverged (rel_err above the "
                 f"step's threshold)</sup>"
@@ -151,73 +144,64 @@ def error_heatmap(result: TriageResult, mode: str) -> go.Figure:
     return fig
 
 
-def default_step(result: TriageResult, tp: int, mode: str) -> str:
-    """The step block_heatmap shows by default: the first divergent one, else the worst one (the same
-    choice `TriageResult.block_errors` makes)."""
-    diff = result.config(tp, mode).diff
-    if diff.first_divergent_step:
-        return diff.first_divergent_step
-    if diff.worst is None:
-        raise ValueError(f"TP{tp} {mode}: the run has no comparable step")
-    return diff.worst.name
-
-
-def block_heatmap(result: TriageResult, tp: int, mode: str, step: str | None = None) -> go.Figure:
-    """plotly Figure of `result.block_errors(tp, mode, step)`: rows tokens, columns 128-column blocks
-    of the step's output (flattened per token), aligned to the FP8 quantization blocks; colour log10
-    relative L2 error of each block against the reference. `step` defaults to the first divergent
-    step (else the worst one), and the title names it.
+def block_heatmap(report: TriageReport, tp: int, mode: str, step: str | None = None) -> go.Figure:
+    """plotly Figure of the report's block errors of `step` at (tp, mode): rows tokens, columns
+    128-column blocks of the step's output (flattened per token), aligned to the FP8 quantization
+    blocks; colour log10 relative L2 error of each block against the reference. `step` defaults to the
+    first divergent step (else the worst one), and the title names it. A report keeps the matrices of
+    every diverged configuration's first divergent step (KeyError naming what it keeps otherwise;
+    ``result.report(block_steps=[...])`` keeps more); a live TriageResult gives any step's.
     """
     import plotly.graph_objects as go
 
-    _check_mode(result, mode)
-    config = result.config(tp, mode)
-    name = step or default_step(result, tp, mode)
-    diff_step = config.diff.step(name)  # KeyError naming the available steps when `name` is wrong
-    errors = result.block_errors(tp, mode, name)
-    rows = errors.tolist()
+    report = as_report(report, block_steps=((tp, mode, step),) if step is not None else ())
+    check_mode(report, mode)
+    run = report.run(tp, mode)
+    blocks = report.blocks(tp, mode, step)  # KeyError naming the steps or the kept matrices
+    name = blocks.step
+    diff_step = run.step(name)
+    rows = blocks.errors
     z, low, high = log10_grid(rows)
     # A colour bar cannot show more than a few decimals of log10 rel_err, and full floats were a third
     # of a large block heatmap's bytes in a report.
     z = [[None if v is None else round(v, Z_DECIMALS) for v in row] for row in z]
 
-    output = config.diff.run.records[name].output
-    inner = tuple(output.shape[1:])
+    inner = blocks.shape[1:]
     width = math.prod(inner)
-    tokens = list(range(errors.shape[0]))
+    n_tokens, n_blocks = len(rows), len(rows[0]) if rows else 0
+    tokens = list(range(n_tokens))
+    block = blocks.block
     # Columns are categories named by where the block lies, so a cell's hover text takes that from its
     # column and holds only its own error: with the full text per cell, the block heatmap of a decode
     # step with 128 heads (16 tokens x 512 blocks) was 0.8 MB of a report.
-    blocks = [
-        f"block {b}: {flat_range(b * BLOCK, min((b + 1) * BLOCK, width) - 1, inner)}" for b in range(errors.shape[1])
-    ]
+    columns = [f"block {b}: {flat_range(b * block, min((b + 1) * block, width) - 1, inner)}" for b in range(n_blocks)]
     hover = [[sci(v) for v in row] for row in rows]
-    every = max(1, math.ceil(len(blocks) / 16))  # about 16 labelled ticks, block numbers only
-    ticks = list(range(0, len(blocks), every))
+    every = max(1, math.ceil(len(columns) / 16))  # about 16 labelled ticks, block numbers only
+    ticks = list(range(0, len(columns), every))
 
     why = (
         "first divergent step"
-        if name == config.diff.first_divergent_step
+        if name == run.first_divergent_step
         else ("worst step" if step is None else "chosen step")
     )
     heat = _rel_err_heatmap(
-        z, blocks, tokens, hover, low, high, "block rel_err", hovertemplate="token %{y}, %{x}<br>rel_err %{customdata}"
+        z, columns, tokens, hover, low, high, "block rel_err", hovertemplate="token %{y}, %{x}<br>rel_err %{customdata}"
     )
     fig = go.Figure(heat)
     fig.update_layout(
         title=dict(
             text=(
-                f"TP{tp} {html.escape(mode)}, step <b>{html.escape(name)}</b> ({why}, output {tuple(output.shape)}): "
-                f"rel_err per token and {BLOCK}-column block<br><sup>whole-step rel_err {sci(diff_step.rel_err)}, "
+                f"TP{tp} {html.escape(mode)}, step <b>{html.escape(name)}</b> ({why}, output {blocks.shape}): "
+                f"rel_err per token and {block}-column block<br><sup>whole-step rel_err {sci(diff_step.rel_err)}, "
                 f"threshold {sci(diff_step.threshold)}; {html.escape(diff_step.classification)}</sup>"
             ),
             x=0.0,
             xref="paper",
         ),
         xaxis=dict(
-            title=dict(text=f"{BLOCK}-column block of the flattened per-token output"),
+            title=dict(text=f"{block}-column block of the flattened per-token output"),
             type="category",
-            tickvals=[blocks[b] for b in ticks],
+            tickvals=[columns[b] for b in ticks],
             ticktext=[str(b) for b in ticks],
         ),
         yaxis=dict(title=dict(text="token"), autorange="reversed"),

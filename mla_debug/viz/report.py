@@ -1,4 +1,6 @@
-"""One self-contained HTML report of a TP triage (`TriageResult.to_html(path)`).
+"""One self-contained HTML report of a TP triage (`md.write_html(report, path)`), drawn from a
+TriageReport only: the report of a live triage and the same report read back from its JSON render to
+the same bytes (figure and table ids are numbered, every date and version shown comes from the report).
 
 The file embeds plotly.js once (gzipped in base64 with the first figure, unpacked by the browser) and
 links nothing, so it opens from a mail attachment or an air-gapped machine. It is written atomically
@@ -13,8 +15,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._files import write_atomically
 from ..analysis.changes import causes
+from ..analysis.noise import DIVERGENCE_FACTOR, MIN_THRESHOLD
 from ._cells import sci, violation_lines
+from ._report_data import as_report
 from .culprits import action_lines, bisection_line, configs_label
 from .embed import figure_html, packed_plotlyjs_html
 from .heatmaps import block_heatmap, error_heatmap
@@ -23,7 +28,7 @@ from .tables import steps_styler, summary_styler
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from ..analysis import TriageResult
+    from ..analysis.report import RunReport, TriageReport
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1.5em auto;
@@ -43,13 +48,13 @@ details { margin: 0.6em 0 1.2em; } summary { cursor: pointer; font-weight: bold;
 
 class _Figures:
     """Turns figures into HTML fragments; the first one brings plotly.js, packed (about 2 MB instead of
-    4.8 MB inline), and the others draw with it."""
+    4.8 MB inline), and the others draw with it. Figures are numbered in page order (their div ids)."""
 
     def __init__(self) -> None:
         self.count = 0
 
     def __call__(self, fig: go.Figure) -> str:
-        fragment = figure_html(fig)
+        fragment = figure_html(fig, div_id=f"figure-{self.count + 1}")
         if self.count == 0:
             fragment = f"{packed_plotlyjs_html()}\n{fragment}"
         self.count += 1
@@ -64,29 +69,29 @@ def _config_label(tp: int, mode: str) -> str:
     return f"TP{tp} {mode}"
 
 
-def _verdict(result: TriageResult) -> str:
-    diverged = [c for c in result.configs if c.verdict == "diverged"]
+def _verdict(report: TriageReport) -> str:
+    diverged = report.diverged_runs
     if not diverged:
         return (
             f'<p class="verdict"><span class="good">No configuration diverged</span>: every step of all '
-            f"{len(result.configs)} runs stays within its threshold of the reference.</p>"
+            f"{len(report.runs)} runs stays within its threshold of the reference.</p>"
         )
     where = ", ".join(
-        f"{_e(_config_label(c.tp, c.mode))} (first at <code>{_e(c.diff.first_divergent_step)}</code>)" for c in diverged
+        f"{_e(_config_label(r.tp, r.mode))} (first at <code>{_e(r.first_divergent_step)}</code>)" for r in diverged
     )
     return (
-        f'<p class="verdict"><span class="bad">{len(diverged)} of {len(result.configs)} configurations '
+        f'<p class="verdict"><span class="bad">{len(diverged)} of {len(report.runs)} configurations '
         f"diverged</span>: {where}.</p>"
     )
 
 
-def _culprits(result: TriageResult) -> str:
+def _culprits(report: TriageReport) -> str:
     """One block per culprit group (configurations that fail the same way and are restored by the same
     remedies): the sentence once, then what to do - workaround, code fix, known upstream fix."""
     parts = ["<h2>Culprits</h2>"]
-    if not result.culprits and not result.unresolved:
+    if not report.culprits and not report.unresolved:
         parts.append("<p>Nothing to bisect: no configuration diverged.</p>")
-    for group in result.culprit_groups:
+    for group in report.culprit_groups:
         k = group.culprit
         items = []
         for line in action_lines(group):
@@ -104,17 +109,20 @@ def _culprits(result: TriageResult) -> str:
             f"<code>{_e(k.step)}</code>, layer <code>{_e(k.layer)}</code>:<br>{_e(causes(k.violations))}"
             f'<ul class="actions">{"".join(items)}</ul></div>'
         )
-    if result.unresolved:
-        labels = _e(configs_label(result.unresolved))
+    if report.unresolved:
+        labels = _e(configs_label(report.unresolved))
         parts.append(f"<p>No code change set of up to three changes and no kernel disable restored: {labels}.</p>")
     return "\n".join(parts)
 
 
-def _provenance(result: TriageResult) -> str:
+def _provenance(report: TriageReport) -> str:
     """Where the numbers came from: weights, inputs, yardsticks, tables, software."""
-    p = result.provenance
+    p = report.provenance
     if p is None:
-        return ""
+        return (
+            f"<h2>Provenance</h2><p>Not recorded: this report was read from a schema {report.source_schema} "
+            "file, written before reports kept their provenance.</p>"
+        )
     import json
 
     scenario = p.scenario
@@ -128,8 +136,9 @@ def _provenance(result: TriageResult) -> str:
         ("tuned table", p.tuned_table),
         ("software", f"mla_debug {p.mla_debug_version}, torch {p.torch_version}, Python {p.python_version}"),
         ("created", f"{p.created} on {p.host}"),
-        ("bisection", bisection_line(result.bisection)),
     ]
+    if report.bisection is not None:
+        rows.append(("bisection", bisection_line(report.bisection)))
     body = "".join(f"<dt>{_e(label)}</dt><dd>{_e(value)}</dd>" for label, value in rows)
     definition = _e(json.dumps(scenario, indent=2, sort_keys=True))
     return (
@@ -138,18 +147,18 @@ def _provenance(result: TriageResult) -> str:
     )
 
 
-def _first_step(result: TriageResult, tp: int, mode: str) -> str:
+def _first_step(run: RunReport) -> str:
     """The first divergent step of one configuration, opened: kernel, layouts, classification,
     violations - what the step table says about it, as a definition list."""
-    step = result.config(tp, mode).diff.first_divergent
+    step = run.first_divergent
     if step is None:
         return ""
     items = [
         ("step", f"<code>{_e(step.name)}</code>"),
         ("rel_err", f"{sci(step.rel_err)} (floor {sci(step.floor)}, threshold {sci(step.threshold)})"),
         ("kernel", f"{_e(step.kernel or '-')} (reference: {_e(step.reference_kernel or '-')})"),
-        ("scale layout", _e(step.scale_layout or "-")),
-        ("weight layout", _e(step.weight_layout or "-")),
+        ("scale layout", _e(step.scale_layout if step.scale_layout is not None else "-")),
+        ("weight layout", _e(step.weight_layout if step.weight_layout is not None else "-")),
         ("classification", _e(step.classification)),
     ]
     lines = violation_lines(step.violations)
@@ -158,9 +167,17 @@ def _first_step(result: TriageResult, tp: int, mode: str) -> str:
     return f'<dl class="step">{body}</dl>'
 
 
-def _legend() -> str:
-    from ..analysis import DIVERGENCE_FACTOR, MIN_THRESHOLD
+def _block_figure(report: TriageReport, run: RunReport, figure: _Figures) -> str:
+    """The block heatmap of a diverged configuration, or why the report cannot draw it."""
+    try:
+        return figure(block_heatmap(report, run.tp, run.mode))
+    except KeyError as err:
+        return f"<p><i>No block heatmap: {_e(err.args[0] if err.args else err)}.</i></p>"
 
+
+def _legend(report: TriageReport) -> str:
+    p = report.provenance
+    factor, minimum = (p.divergence_factor, p.min_threshold) if p is not None else (DIVERGENCE_FACTOR, MIN_THRESHOLD)
     return f"""
 <h2>How to read this report</h2>
 <dl class="legend">
@@ -174,7 +191,7 @@ bottom of the colour bar, a non-finite error at its top.</dd>
 <dd>The rel_err of that reference run against the fp32 truth (the same weights dequantized, activations
 unquantized, fp32 arithmetic, TP1): what FP8 quantization alone costs at that step.</dd>
 <dt>threshold</dt>
-<dd>max({DIVERGENCE_FACTOR:g} x floor, {MIN_THRESHOLD:g}). Two correct FP8 runs differ by about
+<dd>max({factor:g} x floor, {minimum:g}). Two correct FP8 runs differ by about
 sqrt(2) x floor (independent roundings); a misread scale or weight by far more. A step above its
 threshold has <b>diverged</b> (outlined and crossed in red). Errors propagate downstream, so the first
 diverged step in layer order is where to look; later ones usually inherit its error.</dd>
@@ -198,15 +215,17 @@ same culprit and remedies are shown once.</dd>
 """
 
 
-def render_html(result: TriageResult) -> str:
-    """The report as one HTML string (what `write_html` writes)."""
-    from .. import __version__
-
+def render_html(report: TriageReport) -> str:
+    """The report as one HTML string (what `write_html` writes). A TriageResult is drawn through its
+    report. Everything shown comes from the report, so equal reports give equal strings."""
+    report = as_report(report)
     figure = _Figures()
-    title = f"TP triage: {result.model} on {result.platform} under {result.scenario}"
+    title = f"TP triage: {report.model} on {report.platform} under {report.scenario}"
+    took = f"triage took {report.elapsed_s:.1f} s" if report.elapsed_s is not None else "triage time not recorded"
+    version = f"; mla_debug {report.provenance.mla_debug_version}" if report.provenance is not None else ""
     meta = (
-        f"{result.tokens} tokens, seed {result.seed}; TP sizes {', '.join(map(str, result.tp_sizes))}; "
-        f"modes {', '.join(result.modes)}; triage took {result.elapsed_s:.1f} s; mla_debug {__version__}"
+        f"{report.tokens} tokens, seed {report.seed}; TP sizes {', '.join(map(str, report.tp_sizes))}; "
+        f"modes {', '.join(report.modes)}; {took}{version}"
     )
     parts = [
         "<!DOCTYPE html>",
@@ -214,39 +233,39 @@ def render_html(result: TriageResult) -> str:
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
         f'<p class="meta">{_e(meta)}</p>',
-        _verdict(result),
+        _verdict(report),
         "<h2>Summary</h2>",
-        summary_styler(result).to_html(),
-        _culprits(result),
+        summary_styler(report).to_html(),
+        _culprits(report),
         "<h2>Where each run leaves the reference: TP size x step</h2>",
     ]
-    for mode in result.modes:
-        parts += [f"<h3>{_e(mode)}</h3>", figure(error_heatmap(result, mode))]
+    for mode in report.modes:
+        parts += [f"<h3>{_e(mode)}</h3>", figure(error_heatmap(report, mode))]
 
-    diverged = [c for c in result.configs if c.verdict == "diverged"]
+    diverged = report.diverged_runs
     if diverged:
         parts.append("<h2>Diverged configurations</h2>")
-    for c in diverged:
-        label = _config_label(c.tp, c.mode)
+    for run in diverged:
+        label = _config_label(run.tp, run.mode)
         parts += [
-            f"<h3>{_e(label)}: first divergent step <code>{_e(c.diff.first_divergent_step)}</code></h3>",
-            _first_step(result, c.tp, c.mode),
-            figure(block_heatmap(result, c.tp, c.mode)),
-            f"<details><summary>All {len(c.diff.steps)} steps of {_e(label)}</summary>",
-            steps_styler(result, c.tp, c.mode).to_html(),
+            f"<h3>{_e(label)}: first divergent step <code>{_e(run.first_divergent_step)}</code></h3>",
+            _first_step(run),
+            _block_figure(report, run, figure),
+            f"<details><summary>All {len(run.steps)} steps of {_e(label)}</summary>",
+            steps_styler(report, run.tp, run.mode).to_html(),
             "</details>",
         ]
-    parts += [_provenance(result), _legend(), "</body></html>", ""]
+    # Activation-patching results get their section here once reports carry them.
+    parts += [_provenance(report), _legend(report), "</body></html>", ""]
     return "\n".join(parts)
 
 
-def write_html(result: TriageResult, path: str | os.PathLike) -> Path:
-    """Write the self-contained HTML report of `result` and return the path written.
+def write_html(report: TriageReport, path: str | os.PathLike) -> Path:
+    """Write the self-contained HTML report of `report` (a TriageReport, or a TriageResult drawn
+    through its report) and return the path written.
 
     Never overwrites: if `path` exists the report goes to `stem-2.html` (then -3, ...) beside it.
 
-        out = write_html(md.analysis.triage(scenario="vllm-pr51692"), "triage.html")
+        out = md.write_html(md.load_triage("triage.json"), "triage.html")
     """
-    from ..analysis.report_json import write_atomically
-
-    return write_atomically(path, render_html(result))
+    return write_atomically(path, render_html(report))

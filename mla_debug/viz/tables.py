@@ -1,7 +1,9 @@
 """Styled pandas tables of a TP triage: the per-configuration summary and one configuration's steps.
 
-Both return a pandas Styler (display it in a notebook, or `.to_html()` it into a report). Every text
-cell, header and caption is HTML-escaped, because violation messages and kernel names are data.
+Both draw from a TriageReport (or a live TriageResult, turned into its report first) and return a
+pandas Styler (display it in a notebook, or `.to_html()` it into a report). Every text cell, header
+and caption is HTML-escaped, because violation messages and kernel names are data. Each table's HTML
+ids are derived from what it shows (no random ids), so the same report renders to the same bytes.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
+from ._report_data import as_report
+
 if TYPE_CHECKING:
     from pandas.io.formats.style import Styler
 
-    from ..analysis import TriageResult
+    from ..analysis.report import TriageReport
 
 # Light red for a diverged row, a darker red for the text of an effective violation (the cause, not a
 # consequence), pale yellow for violations that are recorded but harmless for these shapes.
@@ -33,11 +37,13 @@ def _number_formats(columns) -> dict[str, str]:
     return formats
 
 
-def _base(frame, caption: str) -> Styler:
+def _base(frame, caption: str, table_id: str | None = None) -> Styler:
     # One format call for every column: the dict covers the numbers; the others get the default
-    # formatter, with the same escaping and the same mark for a missing value.
+    # formatter (str of the typed layout and kernel values), with the same escaping and the same mark
+    # for a missing value. `table_id` replaces pandas' random id, so a render is reproducible.
+    styler = frame.style if table_id is None else frame.style.set_uuid(table_id)
     return (
-        frame.style.format(_number_formats(frame.columns), na_rep="-", escape="html")
+        styler.format(_number_formats(frame.columns), na_rep="-", escape="html")
         .format_index(escape="html", axis=1)
         .hide(axis="index")
         .set_caption(html.escape(caption))
@@ -50,27 +56,29 @@ def _base(frame, caption: str) -> Styler:
     )
 
 
-def summary_styler(result: TriageResult) -> Styler:
-    """`result.summary` (one row per TP size and mode) with the diverged configurations in red."""
-    frame = result.summary
+def summary_styler(report: TriageReport) -> Styler:
+    """`report.summary` (one row per TP size and mode) with the diverged configurations in red."""
+    report = as_report(report)
+    frame = report.summary
     diverged = (frame["verdict"] == "diverged").tolist()
 
     def rows(row):
         return [DIVERGED_ROW if diverged[frame.index.get_loc(row.name)] else ""] * len(row)
 
     caption = (
-        f"{result.model} on {result.platform} under {result.scenario}, {result.tokens} tokens: "
+        f"{report.model} on {report.platform} under {report.scenario}, {report.tokens} tokens: "
         f"{sum(diverged)} of {len(diverged)} configurations diverged"
     )
-    return _base(frame, caption).apply(rows, axis=1)
+    return _base(frame, caption, "summary").apply(rows, axis=1)
 
 
-def steps_styler(result: TriageResult, tp: int, mode: str) -> Styler:
+def steps_styler(report: TriageReport, tp: int, mode: str) -> Styler:
     """The step table of (tp, mode): diverged steps in red, effective contract violations in bold dark
     red (harmless ones on yellow), errors in scientific notation."""
-    diff = result.config(tp, mode).diff
-    frame = diff.table
-    steps = diff.steps
+    report = as_report(report)
+    run = report.run(tp, mode)
+    frame = run.table
+    steps = run.steps
 
     def rows(row):
         return [DIVERGED_ROW if steps[frame.index.get_loc(row.name)].diverged else ""] * len(row)
@@ -87,12 +95,12 @@ def steps_styler(result: TriageResult, tp: int, mode: str) -> Styler:
         return styles
 
     n_div = sum(s.diverged for s in steps)
-    first = diff.first_divergent_step
-    caption = f"TP{tp} {mode} under {result.scenario}: {n_div} of {len(steps)} steps diverged" + (
+    first = run.first_divergent_step
+    caption = f"TP{tp} {mode} under {report.scenario}: {n_div} of {len(steps)} steps diverged" + (
         f", first at {first}" if first else ""
     )
     return (
-        _base(frame, caption)
+        _base(frame, caption, f"steps-tp{tp}-{mode}")
         .apply(rows, axis=1)
         .apply(violations, axis=0, subset=["violations"])
         # Messages are sentences; without a minimum width the column collapses to one word a line.

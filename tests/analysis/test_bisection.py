@@ -14,7 +14,7 @@ import torch
 import mla_debug as md
 import mla_debug.analysis as A
 from mla_debug.analysis.bisection import Bisector
-from mla_debug.analysis.report_json import SavedTriage, culprit_to_dict
+from mla_debug.analysis.report import TriageReport
 
 KV512 = md.MLAConfig.preset("tiny").with_(name="tiny-kv512", kv_lora_rank=512)
 DISABLE_PRESHUFFLED = "VLLM_DISABLED_KERNELS=AiterPreshuffledFp8BlockScaledMMKernel"
@@ -39,12 +39,7 @@ def v4():
 def _same_record(a, b) -> None:
     assert a.name == b.name
     assert a.output.dtype == b.output.dtype and torch.equal(a.output, b.output), a.name
-    assert (a.kernel, a.scale_layout, a.weight_layout, a.input_layout) == (
-        b.kernel,
-        b.scale_layout,
-        b.weight_layout,
-        b.input_layout,
-    )
+    assert (a.kernel, a.scale_layout, a.weight_layout) == (b.kernel, b.scale_layout, b.weight_layout)
     assert [v.message for v in a.violations] == [v.message for v in b.violations]
     assert a.notes == b.notes
 
@@ -87,7 +82,7 @@ def test_bisection_with_reuse_and_pruning_finds_what_the_full_search_finds():
         fast, full = results
 
         def found(result):  # everything but the count of trials, which pruning lowers
-            return [{k: v for k, v in culprit_to_dict(c).items() if k != "trials"} for c in result.culprits]
+            return [{k: v for k, v in c.to_dict().items() if k != "trials"} for c in result.culprits]
 
         assert found(fast) == found(full)
         assert fast.unresolved == full.unresolved
@@ -119,7 +114,7 @@ def test_the_workaround_is_a_kernel_disable_that_really_restores(buggy, bench):
     )
     assert not bench.diff(user, 2, "decode").diverged
     # aiter-blockscale also ran (fused_qkv_a at TP2); disabling it does not restore, so it is not offered.
-    kinds = {k.split(":")[0] for k in buggy.config(2, "decode").run.kernels.values()}
+    kinds = {choice.kernel for choice in buggy.config(2, "decode").run.kernels.values()}
     assert "aiter-blockscale" in kinds
     blockscale_off = replace(md.scenario("vllm-pr51692"), name="x", disabled=("aiter-blockscale",))
     assert bench.diff(blockscale_off, 2, "decode").diverged
@@ -181,8 +176,8 @@ def test_the_progress_bar_counts_the_trials(bench, capsys):
 
 def test_json_round_trips_and_loads_without_rerunning(buggy, tmp_path):
     data = json.loads(json.dumps(buggy.to_dict()))
-    saved = SavedTriage.from_dict(data)
-    assert saved.to_dict() == data
+    saved = TriageReport.from_dict(data)
+    assert saved.to_dict() == data and saved == buggy.report()
     loaded = md.load_triage(buggy.to_json(tmp_path / "triage.json"))
     assert loaded.to_dict() == data
     pd.testing.assert_frame_equal(loaded.summary, buggy.summary)
@@ -191,28 +186,9 @@ def test_json_round_trips_and_loads_without_rerunning(buggy, tmp_path):
     assert culprit.workarounds[0].setting == DISABLE_PRESHUFFLED and culprit.known_fix.restores
     assert culprit.violations[0].kind is md.ViolationKind.RELAID_WEIGHT_DIRECT_READ
     table = loaded.step_table(2, "decode")
-    assert list(table["step"]) == [s.name for s in buggy.config(2, "decode").diff.steps]
+    pd.testing.assert_frame_equal(table, buggy.step_table(2, "decode"))  # one table builder for both
     assert table.set_index("step").loc["absorb_uk", "diverged"]
     assert data["culprit_groups"] == [{"configs": [[1, "decode"], [2, "decode"]], "culprits": [0, 1]}]
-
-
-def test_schema_1_reports_still_load(buggy):
-    data = buggy.to_dict()
-    old = {key: data[key] for key in ("model", "platform", "scenario", "tokens", "device")}
-    old["runs"] = [
-        {
-            **{k: run[k] for k in ("tp", "mode", "verdict", "first_divergent_step")},
-            "steps": [{k: s[k] for k in ("name", "kernel", "rel_err", "violations")} for s in run["steps"]],
-        }
-        for run in data["runs"]
-    ]
-    old["culprits"] = [{k: c[k] for k in ("tp", "mode", "step", "change", "explanation")} for c in data["culprits"]]
-    saved = SavedTriage.from_dict(old)
-    assert saved.schema == 1 and saved.provenance is None
-    assert list(saved.summary["verdict"]) == list(buggy.summary["verdict"])
-    assert saved.culprits[1].explanation == buggy.culprits[1].explanation
-    with pytest.raises(ValueError, match="not a triage report"):
-        SavedTriage.from_dict({"runs": []})
 
 
 def test_provenance_names_weights_inputs_yardsticks_and_software(buggy, tmp_path):

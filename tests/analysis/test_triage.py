@@ -97,18 +97,20 @@ def test_v4_needs_three_fixes_at_tp1_and_one_at_tp8():
     assert tp1 == {"aiter-bpreshuffle", "v4_ask_consumers", "skip_model_shuffle_if_kernel_preshuffles"}
     tp8 = by_config[(8, "prefill")]
     assert [c.target for c in tp8.changes] == ["v4_ask_consumers"] and tp8.layer == "q_norm"
+    # Patching agrees from the other side: three steps hold a fault at TP1, one at TP8.
+    assert result.patching[(1, "prefill")].restoring_steps == ("indexer_q", "wo_a", "wo_b")
+    assert result.patching[(8, "prefill")].restoring_steps == ("indexer_q",)
 
 
 def test_json_follows_the_schema_and_never_overwrites(buggy, tmp_path):
     path = buggy.to_json(tmp_path / "triage.json")
     data = json.loads(path.read_text())
-    # Schema 1's keys keep their meaning (consumers of older reports); schema 2 only adds keys.
     assert {"model", "platform", "scenario", "tokens", "device", "runs", "culprits"} <= set(data)
     assert {"schema", "provenance", "bisection", "culprit_groups", "unresolved", "seed", "tp_sizes"} <= set(data)
-    assert data["schema"] == 2
+    assert data["schema"] == 3 and "block_errors" in data
     assert data["model"] == "tiny-kv512" and data["tokens"] == 8 and data["scenario"] == "vllm-pr51692"
     run = data["runs"][1]
-    assert {"tp", "mode", "verdict", "first_divergent_step", "steps"} <= set(run)
+    assert {"tp", "mode", "verdict", "first_divergent_step", "steps", "kernels"} <= set(run)
     assert (run["tp"], run["mode"], run["verdict"], run["first_divergent_step"]) == (
         1,
         "decode",
@@ -116,15 +118,24 @@ def test_json_follows_the_schema_and_never_overwrites(buggy, tmp_path):
         "absorb_uk",
     )
     step = run["steps"][0]
-    assert {"name", "kernel", "rel_err", "violations"} <= set(step) and isinstance(step["rel_err"], float)
-    assert {"floor", "threshold", "diverged", "reason", "violation_details", "stats"} <= set(step)
+    assert {"name", "kernel", "rel_err", "violations", "selection", "scale_layout", "weight_layout"} <= set(step)
+    assert isinstance(step["rel_err"], float)
+    assert {"floor", "threshold", "diverged", "classification", "stats"} <= set(step)
     absorb = next(s for s in run["steps"] if s["name"] == "absorb_uk")
     assert absorb["diverged"] is True and absorb["rel_err"] > absorb["threshold"] > absorb["floor"] > 0
-    (detail,) = [v for v in absorb["violation_details"] if v["effective"]]
-    assert detail["kind"] == "direct-read-of-relaid-weight" and detail["message"] in absorb["violations"]
+    (detail,) = [v for v in absorb["violations"] if v["effective"]]
+    assert detail["kind"] == "direct-read-of-relaid-weight" and "reads the weight directly" in detail["message"]
     assert set(absorb["stats"]) == {"amax", "nan", "inf"} and absorb["stats"]["nan"] == 0
+    # The weight layout is data: kv_b_proj shuffled once by the preshuffled kernel, read directly.
+    (shuffle,) = absorb["weight_layout"]["transforms"]
+    assert shuffle["kind"] == "shuffle" and shuffle["layout"] == [16, 16] and "aiter-bpreshuffle" in shuffle["by"]
     kv_b = next(s for s in data["runs"][0]["steps"] if s["name"] == "kv_b_proj")
-    assert kv_b["reason"].startswith("aiter-bpreshuffle: ") and kv_b["kernel"] == "aiter-bpreshuffle"
+    assert kv_b["kernel"] == "aiter-bpreshuffle" and kv_b["selection"]["kernel"] == "aiter-bpreshuffle"
+    assert "tuned row" in kv_b["selection"]["reason"] and not kv_b["selection"]["override"]
+    assert kv_b["scale_layout"] == {"written": "col_major", "read_as": "col_major"}
+    assert data["runs"][0]["kernels"]["kv_b_proj"] == kv_b["selection"]
+    (blocks,) = [b for b in data["block_errors"] if (b["tp"], b["mode"]) == (1, "decode")]
+    assert blocks["step"] == "absorb_uk" and len(blocks["errors"]) == 8 and blocks["block"] == 128
     assert {"tp", "mode", "step", "change", "explanation"} <= set(data["culprits"][0])
     again = buggy.to_json(tmp_path / "triage.json")
     assert again.name == "triage-2.json" and path.read_text() == again.read_text()

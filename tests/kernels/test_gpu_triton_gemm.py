@@ -334,4 +334,4 @@ def test_triage_on_the_gpu_gives_the_cpu_verdicts():
     assert [c.explanation for c in gpu.culprits] == [c.explanation for c in cpu.culprits]
     assert any(c.verdict == "diverged" for c in gpu.configs)
     kernels = gpu.config(4, "decode").run.kernels
-    assert kernels["kv_b_proj"].startswith("triton-bpreshuffle")
+    assert kernels["kv_b_proj"].kernel == "triton-bpreshuffle"

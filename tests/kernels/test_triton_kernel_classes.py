@@ -60,8 +60,8 @@ def test_pr51692_on_h200_reproduces_the_kv_b_proj_bug_through_the_stand_in():
 
 def test_selection_reasons_name_the_rocm_card_the_table_belongs_to():
     kernel = md.get_kernel("triton-bpreshuffle", tuned_as="mi308x")
-    problem = md.GemmProblem("o_proj", 7168, 7168, md.E4M3FN, tuned=md.TunedTable.embedded())
-    ok, why = kernel.can_implement(problem, md.platform("h200"))
+    problem = md.GemmProblem("o_proj", 7168, 7168, md.E4M3FN, md.platform("h200"), tuned=md.TunedTable.embedded())
+    ok, why = kernel.can_implement(problem)
     assert ok and "gfx942/cu80" in why and "selection as on mi308x" in why
     with pytest.raises(ValueError, match="tuned_as='h200' must name a ROCm platform"):
         md.get_kernel("triton-bpreshuffle", tuned_as="h200")
@@ -77,7 +77,7 @@ def test_selection_reasons_name_the_rocm_card_the_table_belongs_to():
 )
 def test_shapes_and_platforms_they_refuse_say_why(n, k, platform, message):
     ok, why = md.get_kernel("triton-blockscale").can_implement(
-        md.GemmProblem("p", n, k, md.E4M3FN), md.platform(platform)
+        md.GemmProblem("p", n, k, md.E4M3FN, md.platform(platform))
     )
     assert not ok and message in why
 

@@ -10,7 +10,6 @@ from safetensors.torch import save_file
 
 import mla_debug.model.checkpoint as checkpoint_module
 from mla_debug.model import Checkpoint, MLAConfig
-from mla_debug.model.checkpoint import hf_config
 
 ATTN = "model.layers.{layer}.self_attn."
 
@@ -39,7 +38,7 @@ def prefixed(ckpt: Checkpoint, layer: int | None = None) -> dict[str, torch.Tens
 def write_sharded(folder: Path, cfg: MLAConfig, shards: dict[str, dict[str, torch.Tensor]], index: bool = True) -> Path:
     """A Hugging Face folder: config.json, the given shard files and (optionally) the index."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(hf_config(cfg)))
+    (folder / "config.json").write_text(json.dumps(cfg.to_hf()))
     weight_map = {}
     for name, tensors in shards.items():
         save_file({k: t.contiguous() for k, t in tensors.items()}, str(folder / name))

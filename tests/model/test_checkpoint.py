@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 import mla_debug.model.checkpoint as checkpoint_module
 from mla_debug.cli import main
 from mla_debug.layouts import QuantizedWeight
-from mla_debug.model import PRESETS, Checkpoint, MLAConfig, expected_shapes
-from mla_debug.model.checkpoint import hf_config, open_safetensors
+from mla_debug.model import Checkpoint, MLAConfig, expected_shapes
+from mla_debug.model.checkpoint import open_safetensors
 from mla_debug.model.synthetic import BLOCK_FACTOR_RANGE, NORM_RANGE, OUTLIER_COLUMNS, OUTLIER_GAIN_RANGE
 from mla_debug.numerics import E4M3FN, E4M3FNUZ, Fp8OverflowWarning, block_dequantize, block_quantize
 
@@ -501,40 +501,6 @@ def test_from_state_dict_extra_keys_can_be_ignored_and_bad_inputs(tiny):
         Checkpoint.from_state_dict(TINY, tiny.tensors, quantize=True, fmt="e4m3fnuz")
 
 
-# -- config.json -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", sorted(PRESETS))
-@pytest.mark.parametrize("quantized", [True, False])
-def test_hf_config_round_trips_every_preset(name, quantized):
-    cfg = MLAConfig.preset(name).with_(quantized=quantized)
-    data = json.loads(json.dumps(hf_config(cfg)))
-    assert ("quantization_config" in data) == quantized
-    assert ("rope_scaling" in data) == (cfg.rope_scaling is not None)
-    assert MLAConfig.from_hf(data, name=name) == cfg
-
-
-def test_hf_config_matches_the_deepseek_v3_fields():
-    data = hf_config(MLAConfig.preset("deepseek-v3"))
-    assert data["model_type"] == "deepseek_v3"
-    assert data["rope_scaling"] == {
-        "type": "yarn",
-        "factor": 40.0,
-        "beta_fast": 32.0,
-        "beta_slow": 1.0,
-        "mscale": 1.0,
-        "mscale_all_dim": 1.0,
-        "original_max_position_embeddings": 4096,
-    }
-    assert data["quantization_config"] == {
-        "quant_method": "fp8",
-        "fmt": "e4m3",
-        "activation_scheme": "dynamic",
-        "weight_block_size": [128, 128],
-    }
-    assert hf_config(MLAConfig.preset("tiny-v4"))["model_type"] == "deepseek_v4"
-
-
 # -- save / load -----------------------------------------------------------------------------------
 
 
@@ -658,7 +624,7 @@ def test_load_with_an_explicit_config_and_a_single_file(tmp_path, tiny):
 def test_load_refuses_pickle_weights(tmp_path, monkeypatch):
     folder = tmp_path / "pickled"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(hf_config(TINY)))
+    (folder / "config.json").write_text(json.dumps(TINY.to_hf()))
     torch.save({"model.layers.0.self_attn.q_a_proj.weight": torch.zeros(2)}, folder / "pytorch_model.bin")
 
     def forbidden(*args, **kwargs):

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from mla_debug.model import Checkpoint, MLAConfig
-from mla_debug.model.checkpoint import hf_config
 from mla_debug.model.preflight import check_layer_options, layer_config
 
 
@@ -25,7 +24,7 @@ def test_config_of_a_preset_an_mla_config_and_a_checkpoint_folder(no_weights, tm
     assert layer_config("deepseek-v3") is v3 and layer_config(v3) is v3
     folder = tmp_path / "dsv3"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(hf_config(v3)))
+    (folder / "config.json").write_text(json.dumps(v3.to_hf()))
     assert layer_config("tiny", folder) == v3.with_(name="dsv3")  # the checkpoint's config wins
     (folder / "model.safetensors").write_bytes(b"")  # never opened: only the folder's config.json is read
     assert layer_config("tiny", folder / "model.safetensors") == v3.with_(name="dsv3")

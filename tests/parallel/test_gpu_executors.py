@@ -23,7 +23,7 @@ def test_cublas_layer_on_gpu_matches_cpu_reference(tiny, mode):
     gpu = md.run_layer(
         cfg, ckpt, hidden, positions, tp_size=2, mode=mode, platform="h200", scenario="nvidia-cublas", device="cuda"
     )
-    assert all("cublas-blockwise" in k for k in gpu.kernels.values())
+    assert all(choice.kernel == "cublas-blockwise" for choice in gpu.kernels.values())
     assert gpu.output.is_cuda and not gpu.violations
     cpu = md.run_layer(cfg, ckpt, hidden, positions, tp_size=2, mode=mode)
     # Independent activation quantization noise on each side is the same (same recipe, same bytes),

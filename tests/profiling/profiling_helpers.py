@@ -32,6 +32,7 @@ V3_PREFILL_STEPS = [
     "o_proj",
     "all_reduce",
 ]
+V3_DECODE_STEPS = V3_PREFILL_STEPS[:5] + ["absorb_uk", "attention", "absorb_uv", "o_proj", "all_reduce"]
 GEMM_STEPS = ("fused_qkv_a", "q_b_proj", "kv_b_proj", "o_proj")
 
 

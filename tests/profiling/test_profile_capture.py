@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 
 import pytest
 import torch
-from profiling_helpers import GEMM_STEPS, V3_PREFILL_STEPS
+from profiling_helpers import GEMM_STEPS, V3_DECODE_STEPS, V3_PREFILL_STEPS
 
 import mla_debug as md
 from mla_debug.profiling import META_NAME
@@ -205,9 +206,58 @@ def test_a_failing_call_still_leaves_its_trace(profiles):
     assert md.load_trace(folder).steps == ["q_b_proj"]
 
 
-def test_profile_dir_is_for_the_distributed_executor(tiny):
-    with pytest.raises(ValueError, match="profile_dir is for executor='distributed'"):
-        md.run_layer(*tiny, profile_dir="/tmp/nowhere")
+def test_metadata_is_what_the_runs_inside_report(tiny, profiles):
+    cfg, ckpt, hidden, positions = tiny
+    with md.profile(out_dir=profiles, metadata={"mode": "as the user says"}) as session:
+        md.run_layer(cfg, ckpt, hidden, positions, tp_size=1, mode="decode")
+        md.run_layer(cfg, ckpt, hidden[:4], positions[:4], tp_size=2, mode="decode")
+    meta = session.metadata
+    # Keys on which the runs agree keep one value; keys where they differ list the values in run order.
+    assert (meta["model"], meta["platform"], meta["scenario"], meta["executor"]) == (
+        "tiny",
+        "cpu",
+        "reference",
+        "simulated",
+    )
+    assert (meta["tp"], meta["tokens"], meta["function"]) == ([1, 2], [TOKENS, 4], None)
+    assert meta["mode"] == "as the user says"  # what the caller gives wins over what the runs report
+    assert [run.tp for run in session.runs] == [1, 2]
+    assert session.trace().steps == V3_DECODE_STEPS
+
+
+def test_a_session_observes_only_while_it_is_open(tiny, profiles):
+    from mla_debug.parallel.observe import step_observers
+
+    def kinds(executor: str) -> list[str]:
+        return [type(o).__name__ for o in step_observers(executor)]
+
+    assert kinds("simulated") == kinds("distributed") == ["ProfilerRanges"]
+    with md.profile(out_dir=profiles) as session:
+        assert kinds("distributed") == ["ProfilerRanges", "RankTraces"]
+        assert kinds("simulated") == ["ProfilerRanges"]
+    assert kinds("distributed") == ["ProfilerRanges"] and session.runs == []
+    # A run after the session is neither observed nor announced to it.
+    md.run_layer(*tiny)
+    assert session.runs == [] and session.metadata["model"] is None
+
+
+def test_step_observers_travel_to_rank_processes_by_pickle(tmp_path):
+    from mla_debug.parallel.observe import ProfilerRanges
+    from mla_debug.profiling.observers import RankTraces
+
+    again = pickle.loads(pickle.dumps(RankTraces(str(tmp_path), record_shapes=False, with_cuda=False)))
+    assert (again.folder, again.record_shapes, again.with_cuda) == (str(tmp_path), False, False)
+    assert isinstance(pickle.loads(pickle.dumps(ProfilerRanges())), ProfilerRanges)
+
+
+def test_a_distributed_run_in_a_with_block_writes_rank_traces_only(tiny, profiles):
+    with md.profile(out_dir=profiles) as session:
+        run = md.run_layer(*tiny, tp_size=2, executor="distributed")
+    # This process only waited on its ranks: each rank's trace is the one worth having.
+    assert sorted(p.name.split(".")[0] for p in session.trace_paths) == ["rank0", "rank1"]
+    assert (session.metadata["executor"], session.metadata["tp"]) == ("distributed", 2)
+    assert session.runs == [run.description]
+    assert md.load_trace(session.folder).steps == V3_PREFILL_STEPS
 
 
 def test_import_does_not_load_pandas():
@@ -227,7 +277,7 @@ def test_v4_ranges_name_the_kernel_each_step_calls(profiles):
     assert list(table["step"]) == steps
     kernels = dict(zip(table["step"], table["kernel"]))
     # indexer_q runs the indexer's own wq_b; wo_a is the model's grouped BMM; norms are labelled.
-    assert kernels["indexer_q"] == layer.kernels["indexer.wq_b"].split(":")[0]
+    assert kernels["indexer_q"] == layer.kernels["indexer.wq_b"].kernel
     assert (kernels["wo_a"], kernels["q_norm"], kernels["inverse_rope"]) == ("bmm", "rmsnorm", "rope")
     # The ROCm V4 model calls the preshuffled GEMM itself for fused_wqa_wkv and wo_b.
     assert kernels["fused_wqa_wkv"] == kernels["wo_b"] == "aiter-bpreshuffle"
@@ -258,3 +308,17 @@ def test_profiling_prints_no_kineto_start_stop_lines(tiny, tmp_path, capfd):
     # line. A rank may pass on other lines of its own - gloo's threads can abort noisily at process exit
     # ("terminate called without an active exception") after the run reported - which this test is not about.
     assert "profiler_start" not in captured.err and "profiler_stop" not in captured.err
+
+
+def test_a_profiler_of_the_users_own_sees_every_step_range(tiny):
+    # Not only md.profile: any torch.profiler session attributes ops to steps through the ranges.
+    with quiet_torch_profiler() as prof:
+        md.run_layer(*tiny)
+    ranges = [e.name for e in prof.events() if e.name.startswith("mla.")]
+    assert [name.split("[")[0].removeprefix("mla.") for name in ranges] == V3_PREFILL_STEPS
+
+
+def quiet_torch_profiler():
+    from mla_debug._stdio import quiet_profiler
+
+    return quiet_profiler(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]))

@@ -68,7 +68,17 @@ def test_block_heatmap_defaults_to_the_first_divergent_step():
     heat = fig.data[0]
     assert [x.split(":")[0] for x in heat.x] == [f"block {b}" for b in range(errors.shape[1])]
     assert "%{x}" in heat.hovertemplate and "%{customdata}" in heat.hovertemplate
-    assert heat.customdata[0][0] == f"{errors[0, 0].item():.2e}"
+    kept = r.report().blocks(tp, "decode").errors  # what the heatmap draws: the report's rounded copy
+    assert kept[0][0] == pytest.approx(errors[0, 0].item(), rel=1e-5)
+    assert heat.customdata[0][0] == f"{kept[0][0]:.2e}"
+
+
+def test_block_heatmap_of_a_step_a_saved_report_does_not_keep():
+    report = result(BUGGY).report()
+    with pytest.raises(KeyError, match=r"keeps no block errors of TP1 prefill o_proj .*block_steps"):
+        block_heatmap(report, 1, "prefill", step="o_proj")
+    kept = result(BUGGY).report(block_steps=[(1, "prefill", "o_proj")])
+    assert "<b>o_proj</b>" in block_heatmap(kept, 1, "prefill", step="o_proj").layout.title.text
 
 
 def test_block_heatmap_of_a_chosen_step_and_a_wrong_one():

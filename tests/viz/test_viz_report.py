@@ -8,6 +8,7 @@ import re
 
 from viz_triage_cases import BUGGY, FIXED, plotlyjs_copies, result, without_plotly_bundle
 
+import mla_debug as md
 from mla_debug.analysis import DIVERGENCE_FACTOR
 from mla_debug.analysis.changes import causes
 from mla_debug.viz import render_html, write_html
@@ -50,7 +51,7 @@ def test_second_write_goes_to_a_new_file(tmp_path):
     r = result(BUGGY)
     first = write_html(r, tmp_path / "report.html")
     before = first.read_bytes()
-    second = r.to_html(tmp_path / "report.html")  # TriageResult.to_html delegates to write_html
+    second = md.write_html(r, tmp_path / "report.html")  # md.write_html is viz's write_html
     assert second == tmp_path / "report-2.html"
     assert first.read_bytes() == before
     assert second.stat().st_size > 0
@@ -96,3 +97,27 @@ def test_report_says_where_the_numbers_came_from(tmp_path):
         assert html.escape(value) in text, value
     # the scenario's definition, not only its name
     assert html.escape('"honour_layer_flags": false') in text
+
+
+def test_a_saved_report_renders_to_the_same_html_without_re_running(tmp_path):
+    r = result(BUGGY)
+    first = md.write_html(r, tmp_path / "live.html")
+    saved = r.to_json(tmp_path / "triage.json")
+    loaded = md.load_triage(saved)
+    assert loaded == r.report() and loaded.block_errors  # the block heatmaps' matrices travel in the JSON
+    again = md.write_html(loaded, tmp_path / "reloaded.html")
+    assert again.read_bytes() == first.read_bytes()
+    # and rendering twice gives the same bytes (no random figure or table ids, no clock)
+    assert render_html(loaded) == render_html(r.report())
+
+
+def test_a_report_without_block_errors_renders_and_says_what_is_missing():
+    r = result(BUGGY).report()
+    older = dataclasses.replace(r, block_errors=[], source_schema=2)
+    text = render_html(older)
+    diverged = older.diverged_runs
+    assert diverged and text.count("No block heatmap: ") == len(diverged)
+    assert "schema 2 file, which keeps none" in text
+    assert text.count("Plotly.newPlot(") == len(r.modes)  # the TP x step heatmaps are still drawn
+    no_provenance = render_html(dataclasses.replace(older, provenance=None, bisection=None))
+    assert "Not recorded: this report was read from a schema 2 file" in no_provenance

@@ -171,21 +171,30 @@ def make_launch(
     return launch
 
 
-def check_supported(op: str, args: RowArgs) -> None:
-    """Rules of the Triton kernels beyond `validate_inputs`' (which every backend shares)."""
+def unsupported_reason(op: str, args: RowArgs) -> str | None:
+    """Why the Triton kernels cannot take this call beyond `validate_inputs`' rules (which every backend
+    shares), or None when they can."""
     gs = args.group_size
     if gs & (gs - 1):
-        raise ValueError(
+        return (
             f"{op}: group_size={gs} is not a power of two; the Triton kernels tile a row as "
             "(groups, group_size) blocks, whose sizes must be powers of two (use backend='torch')"
         )
     flavor = args.flavor
     if flavor.scale_rule == "torch_scalar_divide" or flavor.zero_scale is not None:
-        raise ValueError(
+        return (
             f"{op}: flavor {flavor.name!r} divides by a Python float the way torch does, which rounds "
             "differently on the CPU and on a GPU, and replaces a zero scale; the Triton kernels do not "
             "implement it (use backend='torch')"
         )
+    return None
+
+
+def check_supported(op: str, args: RowArgs) -> None:
+    """Raise `unsupported_reason`'s reason as a ValueError."""
+    reason = unsupported_reason(op, args)
+    if reason is not None:
+        raise ValueError(reason)
 
 
 @dataclass

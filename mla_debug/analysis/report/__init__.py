@@ -1,0 +1,24 @@
+"""Triage reports as plain data: `TriageReport` (JSON schema 3), its parts, and reading/writing them.
+
+report = result.report()              # a live TriageResult's report
+write_json(report, "triage.json")     # result.to_json("triage.json") does the same
+report = load_triage("triage.json")   # schema 1, 2 or 3; the same report, nothing re-run
+"""
+
+from .block_errors import BlockErrors
+from .build import BLOCK, report_of
+from .files import load_triage, write_json
+from .run_report import RunReport
+from .triage_report import READABLE_SCHEMAS, SCHEMA, TriageReport
+
+__all__ = [
+    "BLOCK",
+    "READABLE_SCHEMAS",
+    "SCHEMA",
+    "BlockErrors",
+    "RunReport",
+    "TriageReport",
+    "load_triage",
+    "report_of",
+    "write_json",
+]

@@ -1,0 +1,44 @@
+"""`mla-debug report`: show a saved triage again - its summary and culprits, and its HTML report -
+from the JSON alone, without re-running anything."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "report",
+        help="show a saved triage (triage --json) again: summary, culprits, and its HTML report",
+        description="Read a triage saved as JSON (`triage --json`, `TriageResult.to_json`; schemas 1 to 3), print "
+        "its summary table and culprits, and with --html draw its self-contained HTML report again - the same "
+        "report the triage wrote, made without re-running anything. Reports of older schemas keep less (no block "
+        "heatmaps, schema 1 no provenance); the HTML says what is missing.",
+    )
+    parser.add_argument("triage_json", metavar="TRIAGE.json", help="a triage report saved as JSON")
+    parser.add_argument(
+        "--html",
+        default=None,
+        metavar="FILE.html",
+        help="write the HTML report here (an existing file is kept: the report goes to FILE-2.html)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ..analysis import load_triage
+    from ..viz import write_html
+    from .common import check_output_file, written
+    from .triage import render
+
+    # The output path is checked before the file is read: a typo costs nothing.
+    html = check_output_file(args.html, ".html", "--html", "the HTML report") if args.html is not None else None
+    report = load_triage(args.triage_json)
+    console = Console()
+    render(report, console)
+    if html is not None:
+        plain = dict(soft_wrap=True, markup=False, highlight=False)  # the path whole, a '[' in it is no markup
+        console.print(written("report", html, write_html(report, html)), **plain)
+    return 0
