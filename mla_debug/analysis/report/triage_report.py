@@ -256,7 +256,7 @@ def _patching_from(entries: list[dict[str, Any]]) -> dict[tuple[int, str], Patch
         confirmation = PatchConfirmation.from_dict(entry)
         if not confirmation.attempts:
             raise ValueError(f"{where}: no attempts; a check has at least its first divergent step's")
-        strays = [(a.tp, a.mode) for a in confirmation.attempts if (a.tp, a.mode) != key]
+        strays = list(dict.fromkeys((a.tp, a.mode) for a in confirmation.attempts if (a.tp, a.mode) != key))
         if strays:
             raise ValueError(
                 f"{where}: attempts of other configurations {strays}; each attempt is of TP{key[0]} {key[1]}"
