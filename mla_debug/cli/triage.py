@@ -1,4 +1,5 @@
-"""`mla-debug triage`: the main job from the terminal - summary table, culprits, HTML and JSON reports."""
+"""`mla-debug triage`: the main job from the terminal - summary table, culprits, activation-patching
+checks, HTML and JSON reports."""
 
 from __future__ import annotations
 
