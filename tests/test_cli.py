@@ -102,6 +102,7 @@ def test_demo_triages_and_writes_reports_to_a_fresh_folder(tmp_path, capsys):
     out = " ".join(printed.split())  # rich wraps long lines to the terminal width
     assert "kv_b_proj at TP4: aiter-bpreshuffle re-laid out the weight that absorbed decode" in out
     assert "restores decode" in out and "kv_b_proj at TP2" not in out
+    assert "activation patching at TP4 decode: patching absorb_uk alone" in out
     assert "every TP size and mode matches the reference" in out  # the fixed scenario
     (folder,) = tmp_path.iterdir()
     names = [
@@ -399,9 +400,11 @@ def _result(violations: str, step: str = "absorbed_decode_with_a_long_step_name"
         culprits=[],
         culprit_groups=[],
         unresolved=[],
-        diverged_runs=[SimpleNamespace(verdict="diverged")],
+        diverged_runs=[SimpleNamespace(tp=4, mode="decode", verdict="diverged")],
         bisection=SimpleNamespace(trials=0),
         provenance=None,
+        source_schema=3,
+        confirmation=lambda tp, mode: None,
     )
 
 
@@ -439,3 +442,10 @@ def test_triage_command_says_what_to_do_and_where_the_numbers_came_from(capsys):
     assert "known fix: vLLM PR #56433 (scenario vllm-pr56433) restores decode" in out
     assert "provenance: weights synthetic, seed 0; 4 tokens, seed 0; on cpu" in out
     assert "bisection: " in out and " trials (" in out
+    # activation patching, one line for both: absorb_uv reads the same re-laid weight as absorb_uk
+    assert out.count("activation patching at") == 1
+    assert (
+        "activation patching at TP4, TP8 decode: patching absorb_uk alone restores attention but leaves absorb_uv, "
+        "o_proj and the output diverged (a second fault downstream, or an earlier one below the noise floor); "
+        "patching absorb_uk and absorb_uv restores the output"
+    ) in out
