@@ -38,14 +38,14 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for n, k in args.shapes:
         w = torch.randn(n, k, generator=gen) * 0.02
-        qw = md.quantize_blocks(w)
+        qw = md.layouts.quantize_blocks(w)
         x = torch.randn(args.m, k, generator=gen).to(torch.bfloat16)
         x32, w32 = x.float(), qw.dequantize_plain()
         base = median_seconds(lambda: torch.nn.functional.linear(x32, w32), args.repeats)
         rows.append((n, k, "linear_fp32 (baseline)", base))
         for name in ("aiter-blockscale", "aiter-bpreshuffle"):
             for accumulation in ("dequant", "blockwise"):
-                lin = md.BlockScaledLinear("bench", md.QuantizedWeight(qw.data, qw.scale, qw.fmt))
+                lin = md.kernels.BlockScaledLinear("bench", md.QuantizedWeight(qw.data, qw.scale, qw.fmt))
                 lin.attach(md.get_kernel(name, accumulation=accumulation))
                 qa = lin.kernel.quantize_input(x, qw.fmt)
                 start = time.perf_counter()
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
 
     weights = [torch.randn(n, k, generator=gen).to(torch.bfloat16) * 0.02 for n, k in args.layer]
     params = sum(w.numel() for w in weights)
-    quant = median_seconds(lambda: [md.quantize_blocks(w) for w in weights], max(1, args.repeats // 2))
+    quant = median_seconds(lambda: [md.layouts.quantize_blocks(w) for w in weights], max(1, args.repeats // 2))
     text = "\n".join(
         [
             environment(),

@@ -43,7 +43,7 @@ MS = [1, 16, 64, 256, 1024, 4096, 8192]
 def operands(m: int, n: int, k: int, gen: torch.Generator):
     w = torch.randn(n, k, generator=gen) * 0.02
     x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
-    qw = md.quantize_blocks(w.cuda())
+    qw = md.layouts.quantize_blocks(w.cuda())
     qa = md.quantize_groups(x.cuda(), 128)
     return w.cuda().to(torch.bfloat16), x.cuda(), qw, qa
 

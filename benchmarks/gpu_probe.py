@@ -22,7 +22,7 @@ def cublas_m_sweep() -> None:
     from torch.nn.functional import ScalingType, scaled_mm
 
     n, k = 256, 512
-    w = md.quantize_blocks(torch.randn(n, k, device="cuda") * 0.02)
+    w = md.layouts.quantize_blocks(torch.randn(n, k, device="cuda") * 0.02)
     for m in [1, 2, 3, 4, 5, 7, 8, 12, 15, 16, 17, 31, 32, 33, 64, 100]:
         qa = md.quantize_groups(torch.randn(m, k, device="cuda"), scale_layout=md.ScaleLayout.COL_MAJOR_STRIDED)
         try:

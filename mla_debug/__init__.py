@@ -2,133 +2,111 @@
 
     import mla_debug as md
 
-The package is layered (each layer imports only those before it): numerics -> layouts -> kernels.
-Plotting and notebook helpers import lazily so ``import mla_debug`` works on a bare GPU box.
-`write_html` comes from `viz` (the HTML report is drawn from a TriageReport, so analysis never
-imports viz): ``md.write_html(result, "triage.html")`` or ``md.write_html(md.load_triage(path), ...)``.
+The package root holds the names most work needs - entry points, result types and the core types they
+are made of. Everything else lives in its layer's package: ``md.layouts.unshuffle_weight``,
+``md.kernels.TunedTable``, ``md.numerics.error_metrics``, ``md.scenarios.scenario_names``, ... (a name
+that moved from here says where it went). The layers import only those below them:
+numerics <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel <- analysis,
+profiling <- viz <- cli. Plotting imports lazily, so ``import mla_debug`` works on a bare GPU box.
+
+`write_html` comes from `viz` (the HTML report is drawn from a TriageReport, so analysis never imports
+viz): ``md.write_html(result, "triage.html")`` or ``md.write_html(md.load_triage(path), ...)``.
 """
 
 from __future__ import annotations
 
+# The layer packages are attributes of the root (md.kernels.TunedTable): the second tier of the API.
+from . import analysis, kernels, layouts, model, normquant, numerics, parallel, profiling, scenarios, viz  # noqa: F401
 from ._version import __version__
 from .analysis import RunDiff, TriageReport, TriageResult, Workbench, bisect, compare, load_triage, triage
-from .kernels import (
-    BlockScaledLinear,
-    GemmCall,
-    GemmProblem,
-    Kernel,
-    KernelPolicy,
-    Platform,
-    TunedTable,
-    apply_pre_quantized_block_scaled_mm,
-    detect_platform,
-    get_kernel,
-    kernel_names,
-    platform,
-    platform_names,
-)
+from .kernels import Kernel, KernelPolicy, Platform, get_kernel, platform
 from .layouts import (
     ContractViolation,
     QuantizedActivation,
     QuantizedWeight,
     ScaleLayout,
-    ViolationKind,
     WeightLayout,
-    WeightTransform,
-    convert_scale,
-    identify_scale_layout,
-    identify_weight_layout,
-    present_scale,
-    quantize_blocks,
     quantize_groups,
-    read_scale,
-    scale_as_read,
-    shuffle_period,
     shuffle_weight,
-    unshuffle_weight,
 )
-from .model import Checkpoint, MLAConfig
-from .normquant import fused_qk_rmsnorm_group_quant
-from .numerics import (
-    E4M3FN,
-    E4M3FNUZ,
-    Fp8Format,
-    Fp8OverflowWarning,
-    QuantFlavor,
-    error_metrics,
-    fp8_format,
-    fp8_ulp_distance,
-    quant_flavor,
-)
+from .model import Checkpoint, MLAConfig, StepRecord
+from .numerics import E4M3FN, E4M3FNUZ, Fp8Format
 from .parallel import LayerRun, MLALayer, Patch, run_layer
 from .profiling import Trace, compare_traces, load_trace, profile
-from .scenarios import SCENARIOS, Scenario, scenario, scenario_names
+from .scenarios import Scenario, scenario
 from .viz import write_html
 
 __all__ = [
-    "E4M3FN",
-    "E4M3FNUZ",
-    "BlockScaledLinear",
-    "RunDiff",
-    "TriageReport",
-    "TriageResult",
-    "Workbench",
-    "bisect",
-    "compare",
-    "compare_traces",
-    "triage",
-    "Checkpoint",
-    "ContractViolation",
-    "Fp8Format",
-    "Fp8OverflowWarning",
-    "GemmCall",
-    "GemmProblem",
-    "Kernel",
-    "KernelPolicy",
-    "LayerRun",
-    "MLAConfig",
+    # entry points
+    "run_layer",
     "MLALayer",
     "Patch",
+    "compare",
+    "triage",
+    "bisect",
+    "profile",
+    "load_trace",
+    "compare_traces",
+    "load_triage",
+    "write_html",
+    # results
+    "LayerRun",
+    "StepRecord",
+    "RunDiff",
+    "TriageResult",
+    "TriageReport",
+    "Trace",
+    # what runs are made of
+    "MLAConfig",
+    "Checkpoint",
+    "Scenario",
+    "scenario",
+    "Workbench",
     "Platform",
-    "QuantFlavor",
+    "platform",
+    "Kernel",
+    "KernelPolicy",
+    "get_kernel",
+    "Fp8Format",
+    "E4M3FN",
+    "E4M3FNUZ",
+    "ScaleLayout",
+    "WeightLayout",
     "QuantizedActivation",
     "QuantizedWeight",
-    "SCENARIOS",
-    "Scenario",
-    "Trace",
-    "ScaleLayout",
-    "TunedTable",
-    "ViolationKind",
-    "WeightLayout",
-    "WeightTransform",
-    "__version__",
-    "apply_pre_quantized_block_scaled_mm",
-    "convert_scale",
-    "detect_platform",
-    "error_metrics",
-    "fp8_format",
-    "fp8_ulp_distance",
-    "fused_qk_rmsnorm_group_quant",
-    "get_kernel",
-    "identify_scale_layout",
-    "identify_weight_layout",
-    "kernel_names",
-    "load_trace",
-    "load_triage",
-    "platform",
-    "platform_names",
-    "present_scale",
-    "profile",
-    "quant_flavor",
-    "quantize_blocks",
+    "ContractViolation",
     "quantize_groups",
-    "read_scale",
-    "run_layer",
-    "scale_as_read",
-    "scenario",
-    "scenario_names",
-    "shuffle_period",
     "shuffle_weight",
-    "unshuffle_weight",
-    "write_html",
+    "__version__",
 ]
+
+# Names the package root gave before it kept only the surface above, and the package each lives in now.
+_MOVED = {
+    **dict.fromkeys(
+        (
+            "BlockScaledLinear GemmCall GemmProblem TunedTable apply_pre_quantized_block_scaled_mm "
+            "detect_platform kernel_names platform_names"
+        ).split(),
+        "kernels",
+    ),
+    **dict.fromkeys(
+        (
+            "ViolationKind WeightTransform convert_scale identify_scale_layout identify_weight_layout "
+            "present_scale quantize_blocks read_scale scale_as_read shuffle_period unshuffle_weight"
+        ).split(),
+        "layouts",
+    ),
+    **dict.fromkeys(
+        "Fp8OverflowWarning QuantFlavor error_metrics fp8_format fp8_ulp_distance quant_flavor".split(), "numerics"
+    ),
+    "fused_qk_rmsnorm_group_quant": "normquant",
+    "SCENARIOS": "scenarios",
+    "scenario_names": "scenarios",
+}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        home = _MOVED[name]
+        raise AttributeError(f"mla_debug.{name} lives in mla_debug.{home}: use md.{home}.{name}")
+    raise AttributeError(f"module 'mla_debug' has no attribute {name!r}")

@@ -115,7 +115,7 @@ def test_environment_line_names_the_versions():
 
 def test_the_bound_check_passes_the_exact_product_and_stops_a_misread_layout():
     gen = torch.Generator().manual_seed(0)
-    qw = md.quantize_blocks(torch.randn(256, 512, generator=gen) * 0.02)
+    qw = md.layouts.quantize_blocks(torch.randn(256, 512, generator=gen) * 0.02)
     qa = md.quantize_groups(torch.randn(5, 512, generator=gen).to(torch.bfloat16), 128)
     exact = (qa.dequantize().double() @ qw.dequantize_plain().double().t()).to(torch.bfloat16)
     assert harness.check_gemm("exact", exact, qa, qw) == ""

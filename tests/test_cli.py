@@ -15,11 +15,13 @@ import pytest
 from rich.console import Console
 
 import mla_debug as md
-from mla_debug import Checkpoint, MLAConfig, TunedTable, platform_names, scenario_names
+from mla_debug import Checkpoint, MLAConfig
 from mla_debug.cli import build_parser, main
 from mla_debug.cli.main import _error_text
 from mla_debug.cli.triage import render
+from mla_debug.kernels import TunedTable, platform_names
 from mla_debug.model import PRESETS
+from mla_debug.scenarios import scenario_names
 
 
 def test_kernel_demo_reproduces_the_three_bugs(capsys):
@@ -100,6 +102,7 @@ def test_demo_triages_and_writes_reports_to_a_fresh_folder(tmp_path, capsys):
     out = " ".join(printed.split())  # rich wraps long lines to the terminal width
     assert "kv_b_proj at TP4: aiter-bpreshuffle re-laid out the weight that absorbed decode" in out
     assert "restores decode" in out and "kv_b_proj at TP2" not in out
+    assert "activation patching at TP4 decode: patching absorb_uk alone" in out
     assert "every TP size and mode matches the reference" in out  # the fixed scenario
     (folder,) = tmp_path.iterdir()
     names = [
@@ -397,9 +400,11 @@ def _result(violations: str, step: str = "absorbed_decode_with_a_long_step_name"
         culprits=[],
         culprit_groups=[],
         unresolved=[],
-        diverged_runs=[SimpleNamespace(verdict="diverged")],
+        diverged_runs=[SimpleNamespace(tp=4, mode="decode", verdict="diverged")],
         bisection=SimpleNamespace(trials=0),
         provenance=None,
+        source_schema=3,
+        confirmation=lambda tp, mode: None,
     )
 
 
@@ -437,3 +442,10 @@ def test_triage_command_says_what_to_do_and_where_the_numbers_came_from(capsys):
     assert "known fix: vLLM PR #56433 (scenario vllm-pr56433) restores decode" in out
     assert "provenance: weights synthetic, seed 0; 4 tokens, seed 0; on cpu" in out
     assert "bisection: " in out and " trials (" in out
+    # activation patching, one line for both: absorb_uv reads the same re-laid weight as absorb_uk
+    assert out.count("activation patching at") == 1
+    assert (
+        "activation patching at TP4, TP8 decode: patching absorb_uk alone restores attention but leaves absorb_uv, "
+        "o_proj and the output diverged (a second fault downstream, or an earlier one below the noise floor); "
+        "patching absorb_uk and absorb_uv restores the output"
+    ) in out

@@ -139,12 +139,12 @@ def test_activation_scales_are_matched_by_presentation(tmp_path, capsys):
     save_file({name: logical[:1].clone() if name == "one_scale" else logical.clone() for name in names}, str(reference))
     save_file(
         {
-            "row_scale": md.present_scale(logical, "row_major"),
-            "col.scale": md.present_scale(logical, "col_major"),
+            "row_scale": md.layouts.present_scale(logical, "row_major"),
+            "col.scale": md.layouts.present_scale(logical, "col_major"),
             # A COL_MAJOR_STRIDED buffer's memory, saved as the contiguous (G, M) tensor it really is.
-            "strided_scale": md.present_scale(logical, "col_major_strided").t(),
+            "strided_scale": md.layouts.present_scale(logical, "col_major_strided").t(),
             "other_scale": logical * 2,
-            "one_scale": md.present_scale(logical[:1].clone(), "col_major"),
+            "one_scale": md.layouts.present_scale(logical[:1].clone(), "col_major"),
         },
         str(observed),
     )

@@ -27,6 +27,7 @@ def test_report_redraws_the_html_of_the_triage_and_prints_its_summary(tmp_path, 
     out = capsys.readouterr().out
     assert (tmp_path / "again.html").read_bytes() == original.read_bytes()
     assert "diverged" in out and "culprit" in out and "absorb_uk" in out
+    assert "activation patching at TP2 decode: patching absorb_uk alone" in " ".join(out.split())
     assert f"report: {tmp_path / 'again.html'}" in out
 
     # Never overwritten: the second time goes beside it, and the command says so.
@@ -50,12 +51,15 @@ def test_report_of_an_older_file_says_what_it_lacks(tmp_path, capsys):
         run["kernels"] = {}
         for step in run["steps"]:
             step.update(selection=None, scale_layout=None, weight_layout=None, violation_details=step.pop("violations"))
-    del data["block_errors"]
+    del data["block_errors"], data["patching"]  # schema 2 kept neither
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
     assert main(["report", str(old), "--html", str(tmp_path / "old.html")]) == 0
     text = (tmp_path / "old.html").read_text(encoding="utf-8")
     assert "No block heatmap: " in text and "schema 2 file, which keeps none" in text
+    assert "not recorded: this report was read from a schema 2 file" in text
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "activation patching at TP2 decode: not recorded: this report was read from a schema 2 file" in printed
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,7 @@ def test_a_registry_shadows_the_one_below_until_the_entry_is_removed():
 
 
 def test_kernels_and_norm_quant_backends_are_implementations():
-    for name in md.kernel_names():
+    for name in md.kernels.kernel_names():
         kernel = md.get_kernel(name)
         assert isinstance(kernel, Implementation) and kernel.operation == GEMM
         assert isinstance(kernel.availability(), Check) and isinstance(kernel.availability("cpu"), Check)
@@ -156,7 +156,7 @@ def extra_kernel():
 
 
 def test_a_registered_kernel_is_selectable_and_valid_in_scenario_files(extra_kernel):
-    assert "extra-test-kernel" in md.kernel_names()
+    assert "extra-test-kernel" in md.kernels.kernel_names()
     policy = KernelPolicy(["ExtraTestKernel", "torch-reference"])
     kernel, reason = policy.select("q_b_proj", 3072, 1536, "mi355x")
     assert kernel.name == "extra-test-kernel" and reason == "extra-test-kernel: takes N a multiple of 32"

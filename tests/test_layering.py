@@ -114,3 +114,9 @@ def test_heavy_libraries_are_imported_lazily_below_viz():
         if name in HEAVY and name not in allowed_at_module_level(path.relative_to(PACKAGE).parts[0])
     ]
     assert not offenders, "\n".join(offenders)
+
+
+def test_no_module_reaches_back_through_the_package_root(graph):
+    # The root imports every layer, so a module importing it would depend on all of them at once.
+    importers = sorted(graph.find_modules_that_directly_import("mla_debug"))
+    assert not importers, "import from the layer that owns the name instead: " + ", ".join(importers)

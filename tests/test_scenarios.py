@@ -16,8 +16,8 @@ from mla_debug.normquant import NORM_QUANT_BACKENDS
 from mla_debug.scenarios import ModelBehaviour
 
 BUILTIN = ["reference", "vllm-baseline", "vllm-pr51692", "vllm-pr56433", "nvidia-cublas"]
-EMBEDDED = md.TunedTable.embedded()
-REGISTRY = f"registered kernels: {', '.join(md.kernel_names())}"
+EMBEDDED = md.kernels.TunedTable.embedded()
+REGISTRY = f"registered kernels: {', '.join(md.kernels.kernel_names())}"
 BEHAVIOUR_FIELDS = (
     "v4_fused_norm_quant, v4_fused_transpose_scale, v4_ask_consumers, v4_model_preshuffle, "
     "skip_model_shuffle_if_kernel_preshuffles, v4_norm_quant_backend"
@@ -51,8 +51,8 @@ def write_tuned_csv(path: Path) -> Path:
 
 
 def test_scenario_names_are_the_builtins_and_unknown_names_list_them():
-    assert md.scenario_names() == BUILTIN
-    assert "scenario_names" in md.__all__
+    assert md.scenarios.scenario_names() == BUILTIN
+    assert "scenario_names" in md.scenarios.__all__
     with pytest.raises(ValueError) as err:
         md.scenario("nope")
     assert str(err.value) == (
@@ -361,14 +361,16 @@ def test_yaml_scenario_ignoring_flags_chooses_like_vllm_pr51692(tmp_path):
     assert choices["pr56433"][:2] == ("aiter-bpreshuffle", True)  # same kernel, flags honoured: not the same
     # ... and the load step agrees: a weight flagged skip_weight_relayout is shuffled under both.
     plat = md.platform("mi355x")
-    w = md.quantize_blocks(torch.randn(3072, 1536, generator=torch.Generator().manual_seed(0)) * 0.02, fmt=plat.fp8)
+    w = md.layouts.quantize_blocks(
+        torch.randn(3072, 1536, generator=torch.Generator().manual_seed(0)) * 0.02, fmt=plat.fp8
+    )
     counts = {}
     for name, scen in (
         ("yaml", mine),
         ("pr51692", md.scenario("vllm-pr51692")),
         ("pr56433", md.scenario("vllm-pr56433")),
     ):
-        linear = md.BlockScaledLinear("q_b_proj", w, skip_weight_relayout=True)
+        linear = md.kernels.BlockScaledLinear("q_b_proj", w, skip_weight_relayout=True)
         counts[name] = linear.load(scen.policy(plat, tuned=EMBEDDED), plat).weight.layout.shuffle_count
     assert counts == {"yaml": 1, "pr51692": 1, "pr56433": 0}
 

@@ -21,19 +21,9 @@ import time
 
 import torch
 
-from .. import (
-    BlockScaledLinear,
-    KernelPolicy,
-    ScaleLayout,
-    TunedTable,
-    error_metrics,
-    get_kernel,
-    identify_weight_layout,
-    platform,
-    quantize_blocks,
-    quantize_groups,
-)
-from ..layouts import weight_read_violation
+from ..kernels import BlockScaledLinear, KernelPolicy, TunedTable, get_kernel, platform
+from ..layouts import ScaleLayout, identify_weight_layout, quantize_blocks, quantize_groups, weight_read_violation
+from ..numerics import error_metrics
 
 # Per-rank shapes of DeepSeek-V3 at TP8 (weight is (N, K) = (out, in)).
 Q_B_PROJ_TP8 = (3072, 1536)  # 24576 / 8 rows of 16 heads x (128 + 64)

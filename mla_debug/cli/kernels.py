@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
-    from .. import get_kernel, kernel_names
+    from ..kernels import get_kernel, kernel_names
 
     rows = []
     for name in kernel_names():
@@ -84,7 +84,7 @@ def _print_norm_quant_backends() -> None:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
-    from .. import KernelPolicy, TunedTable, platform
+    from ..kernels import KernelPolicy, TunedTable, platform
 
     shapes = [_parse_shape(shape) for shape in args.shape]  # all of them before any output
     if args.m is not None and args.m < 1:

@@ -1,5 +1,5 @@
-"""`mla-debug report`: show a saved triage again - its summary and culprits, and its HTML report -
-from the JSON alone, without re-running anything."""
+"""`mla-debug report`: show a saved triage again - its summary, culprits and activation-patching checks,
+and its HTML report - from the JSON alone, without re-running anything."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import argparse
 def add_parser(sub) -> None:
     parser = sub.add_parser(
         "report",
-        help="show a saved triage (triage --json) again: summary, culprits, and its HTML report",
+        help="show a saved triage (triage --json) again: summary, culprits, patching checks, and its HTML report",
         description="Read a triage saved as JSON (`triage --json`, `TriageResult.to_json`; schemas 1 to 3), print "
-        "its summary table and culprits, and with --html draw its self-contained HTML report again - the same "
-        "report the triage wrote, made without re-running anything. Reports of older schemas keep less (no block "
-        "heatmaps, schema 1 no provenance); the HTML says what is missing.",
+        "its summary table, culprits and activation-patching checks, and with --html draw its self-contained HTML "
+        "report again - the same report the triage wrote, made without re-running anything. Reports of older "
+        "schemas keep less (no block heatmaps or patching checks, schema 1 no provenance); the HTML says what is "
+        "missing.",
     )
     parser.add_argument("triage_json", metavar="TRIAGE.json", help="a triage report saved as JSON")
     parser.add_argument(

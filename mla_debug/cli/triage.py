@@ -1,4 +1,5 @@
-"""`mla-debug triage`: the main job from the terminal - summary table, culprits, HTML and JSON reports."""
+"""`mla-debug triage`: the main job from the terminal - summary table, culprits, activation-patching
+checks, HTML and JSON reports."""
 
 from __future__ import annotations
 
@@ -110,10 +111,12 @@ def render(result, console: Console) -> None:
 
 def render_culprits(result, console: Console) -> None:
     """Culprit groups of a TriageReport with what to do about each, the unresolved configurations,
-    provenance in one line."""
+    what activation patching says about the diverged configurations (one line per set that reads the
+    same), provenance in one line."""
     from rich.markup import escape
 
     from ..viz.culprits import action_lines, bisection_line, configs_label, group_heading
+    from ..viz.patching import patching_lines
 
     for group in result.culprit_groups:
         console.print(f"[bold]culprit[/] {escape(group_heading(group))}")
@@ -126,6 +129,9 @@ def render_culprits(result, console: Console) -> None:
             f"[yellow]no code change set of up to three changes and no kernel disable restores {labels}; "
             "see the step table[/]"
         )
+    for line in patching_lines(result):
+        style = None if line.recorded else "yellow"
+        console.print(f"[bold]activation patching[/] at {escape(line.line)}", style=style)
     if not result.diverged_runs:
         console.print("[green]every TP size and mode matches the reference within its FP8 noise floor[/]")
     if result.diverged_runs and result.bisection is not None and result.bisection.trials:

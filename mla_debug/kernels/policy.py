@@ -28,7 +28,7 @@ def _canonical(name: str) -> str:
 class KernelPolicy:
     """Ordered kernel priority, disabled kernels, tuned table and per-layer overrides.
 
-    >>> policy = md.KernelPolicy(["aiter-bpreshuffle", "aiter-blockscale"], tuned=md.TunedTable.embedded())
+    >>> policy = md.KernelPolicy(["aiter-bpreshuffle", "aiter-blockscale"], tuned=md.kernels.TunedTable.embedded())
     >>> kernel, reason = policy.select("q_b_proj", 3072, 1536, md.platform("mi355x"))
     """
 

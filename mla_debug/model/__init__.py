@@ -2,5 +2,6 @@
 
 from .checkpoint import Checkpoint, expected_shapes
 from .config import PRESETS, MLAConfig, RopeScaling
+from .records import StepRecord
 
-__all__ = ["PRESETS", "Checkpoint", "MLAConfig", "RopeScaling", "expected_shapes"]
+__all__ = ["PRESETS", "Checkpoint", "MLAConfig", "RopeScaling", "StepRecord", "expected_shapes"]

@@ -23,6 +23,7 @@ from ._report_data import as_report
 from .culprits import action_lines, bisection_line, configs_label
 from .embed import figure_html, packed_plotlyjs_html
 from .heatmaps import block_heatmap, error_heatmap
+from .patching import patching_lines, recovery_columns, recovery_rows
 from .tables import steps_styler, summary_styler
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ details { margin: 0.6em 0 1.2em; } summary { cursor: pointer; font-weight: bold;
 .culprit { margin-bottom: 0.6em; } .step dt { font-weight: bold; float: left; width: 11em; clear: left; }
 .step dd { margin-left: 11.5em; margin-bottom: 0.2em; }
 .legend dt { font-weight: bold; margin-top: 0.5em; }
+.patching td, .patching th { padding: 0 0.6em; text-align: right; } .patching td:first-child { text-align: left; }
 """
 
 
@@ -85,12 +87,59 @@ def _verdict(report: TriageReport) -> str:
     )
 
 
+_BAD = ' class="bad"'
+
+
+def _recovery_cell(value: float | None, diverged: bool | None, patched: bool) -> str:
+    if value is None:
+        return "<td>not patchable</td>"
+    mark = " <small>patched</small>" if patched else ""
+    return f"<td{_BAD if diverged else ''}>{sci(value)}{mark}</td>"
+
+
+def _recovery_table(report: TriageReport, tp: int, mode: str) -> str:
+    """Every step from the first patched one on: rel_err before patching and with each attempt's
+    steps patched, against the step's threshold (red: above it)."""
+    confirmation = report.confirmation(tp, mode)
+    rows = recovery_rows(confirmation) if confirmation is not None else []
+    if not rows:
+        return ""
+    head = "".join(f"<th>{_e(c)}</th>" for c in ["step", "threshold", "before", *recovery_columns(confirmation)])
+    body = "".join(
+        f"<tr><td><code>{_e(row.step)}</code></td><td>{sci(row.threshold)}</td>"
+        f"{_recovery_cell(row.before, row.diverged_before, False)}"
+        + "".join(_recovery_cell(*cell) for cell in zip(row.after, row.diverged_after, row.patched))
+        + "</tr>"
+        for row in rows
+    )
+    caption = f"<caption>{_e(_config_label(tp, mode))}: rel_err before and after patching</caption>"
+    return f'<table class="patching">{caption}<tr>{head}</tr>{body}</table>'
+
+
+def _patching(report: TriageReport, configs) -> str:
+    """What activation patching says about `configs`: one sentence per set of configurations whose
+    checks read the same, then each configuration's numbers behind it (folded)."""
+    parts = []
+    for line in patching_lines(report, configs):
+        parts.append(f"<p><b>Activation patching</b> at {_e(line.label)}: {_e(line.text)}</p>")
+        tables = "".join(_recovery_table(report, tp, mode) for tp, mode in line.configs)
+        if tables:
+            parts.append(f"<details><summary>rel_err before and after patching</summary>{tables}</details>")
+    return "".join(parts)
+
+
 def _culprits(report: TriageReport) -> str:
     """One block per culprit group (configurations that fail the same way and are restored by the same
-    remedies): the sentence once, then what to do - workaround, code fix, known upstream fix."""
+    remedies): the sentence once, then what to do - workaround, code fix, known upstream fix - and what
+    activation patching says about the configurations. Diverged configurations without a culprit get
+    their patching check after the groups."""
     parts = ["<h2>Culprits</h2>"]
     if not report.culprits and not report.unresolved:
-        parts.append("<p>Nothing to bisect: no configuration diverged.</p>")
+        parts.append(
+            "<p>Nothing to bisect: no configuration diverged.</p>"
+            if not report.diverged_runs
+            else "<p>No culprit search was run.</p>"
+        )
     for group in report.culprit_groups:
         k = group.culprit
         items = []
@@ -107,11 +156,15 @@ def _culprits(report: TriageReport) -> str:
         parts.append(
             f'<div class="culprit"><b>{_e(configs_label(group.configs))}</b>, first divergent step '
             f"<code>{_e(k.step)}</code>, layer <code>{_e(k.layer)}</code>:<br>{_e(causes(k.violations))}"
-            f'<ul class="actions">{"".join(items)}</ul></div>'
+            f'<ul class="actions">{"".join(items)}</ul>{_patching(report, group.configs)}</div>'
         )
     if report.unresolved:
         labels = _e(configs_label(report.unresolved))
         parts.append(f"<p>No code change set of up to three changes and no kernel disable restored: {labels}.</p>")
+    explained = {config for group in report.culprit_groups for config in group.configs}
+    rest = [(r.tp, r.mode) for r in report.diverged_runs if (r.tp, r.mode) not in explained]
+    if rest:
+        parts.append(_patching(report, rest))
     return "\n".join(parts)
 
 
@@ -211,6 +264,14 @@ one layer through torch-reference, honour the direct-read flags, switch on one m
 in vLLM's priority list takes their layers - no code change. <i>known fix</i>: the upstream change known
 to fix the scenario, run at the same configuration. Every one of them was run; configurations with the
 same culprit and remedies are shown once.</dd>
+<dt>activation patching</dt>
+<dd>Each diverged configuration run again with its first divergent step's output taken from the
+reference, every later step judged again by its threshold. When everything after it comes back, the
+fault is inside that step; when some later step still diverges, there is a second fault after it (or
+an earlier one that stayed below the noise floor), and the first step still diverging is patched too,
+until the output comes back. The table shows each step's rel_err before and with each set of patched
+steps (a patched step's own error is the substitution's: zero against a reference of the same TP
+size).</dd>
 </dl>
 """
 
@@ -255,7 +316,6 @@ def render_html(report: TriageReport) -> str:
             steps_styler(report, run.tp, run.mode).to_html(),
             "</details>",
         ]
-    # Activation-patching results get their section here once reports carry them.
     parts += [_provenance(report), _legend(report), "</body></html>", ""]
     return "\n".join(parts)
 

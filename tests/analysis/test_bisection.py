@@ -184,7 +184,7 @@ def test_json_round_trips_and_loads_without_rerunning(buggy, tmp_path):
     assert [g.configs for g in loaded.culprit_groups] == [g.configs for g in buggy.culprit_groups]
     culprit = loaded.culprit_groups[0].culprit
     assert culprit.workarounds[0].setting == DISABLE_PRESHUFFLED and culprit.known_fix.restores
-    assert culprit.violations[0].kind is md.ViolationKind.RELAID_WEIGHT_DIRECT_READ
+    assert culprit.violations[0].kind is md.layouts.ViolationKind.RELAID_WEIGHT_DIRECT_READ
     table = loaded.step_table(2, "decode")
     pd.testing.assert_frame_equal(table, buggy.step_table(2, "decode"))  # one table builder for both
     assert table.set_index("step").loc["absorb_uk", "diverged"]
@@ -198,8 +198,8 @@ def test_provenance_names_weights_inputs_yardsticks_and_software(buggy, tmp_path
     assert p.scenario == md.scenario("vllm-pr51692").to_dict()
     assert (p.divergence_factor, p.min_threshold) == (A.DIVERGENCE_FACTOR, A.MIN_THRESHOLD)
     assert p.mla_debug_version == md.__version__ and p.torch_version == torch.__version__
-    assert p.tuned_table == md.TunedTable.default().source
-    assert p.tuned_table_source == md.TunedTable.default().origin.to_dict()
+    assert p.tuned_table == md.kernels.TunedTable.default().source
+    assert p.tuned_table_source == md.kernels.TunedTable.default().origin.to_dict()
     assert f"tuned table: {p.tuned_table}" in p.line()
     assert "synthetic, seed 0" in p.line()
     saved = tmp_path / "triage.json"

@@ -1,4 +1,5 @@
-"""TriageReport: typed step data, an exact JSON round trip (NaN and Inf included), and older schemas."""
+"""TriageReport: typed step data, patching checks, an exact JSON round trip (NaN and Inf included), and
+older schemas."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 import mla_debug as md
 import mla_debug.analysis as A
+from mla_debug.analysis import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery
 from mla_debug.analysis.bisection import BisectStats
 from mla_debug.analysis.report import BlockErrors, RunReport, TriageReport
 from mla_debug.analysis.report.legacy import choice_from_text, scale_from_text, weight_from_text
@@ -151,6 +153,41 @@ blocks = st.builds(
     errors=st.integers(1, 3).flatmap(lambda n: st.lists(st.lists(numbers, min_size=n, max_size=n), max_size=3)),
 )
 
+recoveries = st.builds(
+    StepRecovery,
+    name=names,
+    index=st.integers(0, 20),
+    rel_err_before=numbers,
+    rel_err_after=numbers,
+    floor=st.none() | numbers,
+    threshold=st.none() | numbers,
+    diverged_before=st.booleans(),
+    diverged_after=st.booleans(),
+)
+
+
+def _attempts(tp: int, mode: str):
+    return st.builds(
+        PatchResult,
+        tp=st.just(tp),
+        mode=st.just(mode),
+        scenario=names,
+        reference=names,
+        steps=st.lists(names, min_size=1, max_size=3).map(tuple),
+        verdict=st.sampled_from(PatchVerdict),
+        patched=st.lists(recoveries, max_size=2).map(tuple),
+        downstream=st.lists(recoveries, max_size=3).map(tuple),
+        factor=st.floats(0.5, 64),
+        min_threshold=st.floats(1e-6, 1),
+    )
+
+
+# One check per configuration, every attempt of that configuration (as triage makes them).
+checks = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from(["prefill", "decode"])).flatmap(
+    lambda key: st.lists(_attempts(*key), min_size=1, max_size=3).map(lambda a: (key, PatchConfirmation(tuple(a))))
+)
+patchings = st.lists(checks, max_size=3).map(dict)
+
 
 def _json(data: dict) -> dict:
     # allow_nan=False: a report must be JSON any reader parses, with no NaN/Infinity literals.
@@ -174,8 +211,13 @@ def test_a_step_round_trips_exactly(step):
 
 
 @settings(max_examples=30, deadline=None)
-@given(run_list=st.lists(runs, max_size=3), block_list=st.lists(blocks, max_size=2), elapsed=st.none() | numbers)
-def test_a_report_round_trips_exactly(buggy, run_list, block_list, elapsed):
+@given(
+    run_list=st.lists(runs, max_size=3),
+    block_list=st.lists(blocks, max_size=2),
+    elapsed=st.none() | numbers,
+    patching=patchings,
+)
+def test_a_report_round_trips_exactly(buggy, run_list, block_list, elapsed, patching):
     report = TriageReport(
         model="m",
         platform="mi355x",
@@ -192,10 +234,12 @@ def test_a_report_round_trips_exactly(buggy, run_list, block_list, elapsed):
         bisection=BisectStats(3, 2, 1, 0, 0.5),
         unresolved=[(4, "decode")],
         block_errors=block_list,
+        patching=patching,
     )
     data = _json(report.to_dict())
     back = TriageReport.from_dict(data)
     assert back.to_dict() == data
+    assert list(back.patching) == list(patching)  # keyed by configuration, in the order written
     if all(not math.isnan(v) for v in _floats(report)):
         assert back == report
 
@@ -209,8 +253,56 @@ def _floats(report: TriageReport):
                 yield s.stats.amax
     for b in report.block_errors:
         yield from (v for row in b.errors for v in row)
+    for check in report.patching.values():
+        for attempt in check.attempts:
+            for s in attempt.patched + attempt.downstream:
+                yield from (s.rel_err_before, s.rel_err_after)
+                yield from (v for v in (s.floor, s.threshold) if v is not None)
     if report.elapsed_s is not None:
         yield report.elapsed_s
+
+
+def test_a_report_keeps_the_patching_check_of_every_diverged_configuration(buggy):
+    report = buggy.report()
+    diverged = [(r.tp, r.mode) for r in report.diverged_runs]
+    assert list(report.patching) == diverged == [(1, "decode"), (2, "decode")]
+    assert report.patching == buggy.patching
+    # A culprit is per configuration: it finds that configuration's check.
+    for culprit in report.culprits:
+        check = report.confirmation_of(culprit)
+        assert check is buggy.patching[(culprit.tp, culprit.mode)] and check.first.steps == (culprit.step,)
+    assert report.confirmation(1, "prefill") is None  # did not diverge: nothing to check
+    with pytest.raises(KeyError, match="no run at TP4 decode"):
+        report.confirmation(4, "decode")
+    data = _json(report.to_dict())
+    assert [(p["tp"], p["mode"], p["attempts"][0]["steps"]) for p in data["patching"]] == [
+        (1, "decode", ["absorb_uk"]),
+        (2, "decode", ["absorb_uk"]),
+    ]
+    assert TriageReport.from_dict(data).patching == report.patching
+
+
+def test_files_without_patching_load_with_none(buggy):
+    data = buggy.to_dict()
+    del data["patching"]  # a schema 3 file written before reports kept it
+    older = TriageReport.from_dict(data)
+    assert older.patching == {} and older.source_schema == 3
+    assert older.confirmation_of(older.culprits[0]) is None
+
+
+def test_patching_entries_that_do_not_fit_their_configuration_say_why(buggy):
+    data = _json(buggy.to_dict())
+    twice = {**data, "patching": data["patching"] + data["patching"][:1]}
+    with pytest.raises(ValueError, match="patching of TP1 decode: the configuration appears twice"):
+        TriageReport.from_dict(twice)
+    stray = {**data, "patching": [{**data["patching"][0], "tp": 2}]}
+    with pytest.raises(
+        ValueError, match=r"patching of TP2 decode: attempts of other configurations \[\(1, 'decode'\)\]"
+    ):
+        TriageReport.from_dict(stray)
+    empty = {**data, "patching": [{"tp": 1, "mode": "decode", "attempts": []}]}
+    with pytest.raises(ValueError, match="patching of TP1 decode: no attempts"):
+        TriageReport.from_dict(empty)
 
 
 def test_non_finite_numbers_are_spelled_out(buggy):
@@ -235,7 +327,7 @@ def _schema_2(report: TriageReport) -> dict:
 
     data = report.to_dict()
     data["schema"] = 2
-    del data["block_errors"]
+    del data["block_errors"], data["patching"]
     data["runs"] = []
     for r in report.runs:
         kernels = {
@@ -280,7 +372,7 @@ def test_schema_2_files_load_into_the_same_typed_values(buggy, tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(_schema_2(live)))
     old = md.load_triage(path)
-    assert old.source_schema == 2 and old.block_errors == []
+    assert old.source_schema == 2 and old.block_errors == [] and old.patching == {}
     for r, o in zip(live.runs, old.runs):
         # A sentence keeps the kernel and the whole line; what was skipped stays inside the reason.
         assert {k: (c.kernel, str(c)) for k, c in o.kernels.items()} == {
@@ -325,6 +417,7 @@ def test_schema_1_files_still_load(buggy):
     old["culprits"] = [{k: c[k] for k in ("tp", "mode", "step", "change", "explanation")} for c in data["culprits"]]
     saved = TriageReport.from_dict(old)
     assert saved.source_schema == 1 and saved.provenance is None and saved.tp_sizes == (1, 2)
+    assert saved.patching == {}
     assert saved.modes == ("prefill", "decode")
     assert list(saved.summary["verdict"]) == list(buggy.summary["verdict"])
     assert saved.culprits[1].explanation == buggy.culprits[1].explanation

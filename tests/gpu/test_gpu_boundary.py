@@ -74,8 +74,8 @@ ok, why = kernel.availability()
 assert ok and "emulation" in why and "not importable" in why, why
 strict = md.get_kernel("triton-bpreshuffle", backend="triton")
 assert strict.availability()[0] is False
-weight = md.quantize_blocks(torch.randn(256, 256, generator=torch.Generator().manual_seed(0)) * 0.02)
-linear = md.BlockScaledLinear("w", weight).attach(kernel)
+weight = md.layouts.quantize_blocks(torch.randn(256, 256, generator=torch.Generator().manual_seed(0)) * 0.02)
+linear = md.kernels.BlockScaledLinear("w", weight).attach(kernel)
 x = torch.randn(3, 256, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
 assert linear(kernel.quantize_input(x, weight.fmt)).shape == (3, 256)
 assert "not importable" in support.triton_unavailable_reason(torch.device("cuda"))

@@ -13,7 +13,7 @@ def random_weight(n: int, k: int, gen: torch.Generator, fmt=md.E4M3FN) -> md.Qua
     """A block-quantized weight whose 128x128 blocks have different magnitudes (so scales differ)."""
     w = torch.randn(n, k, generator=gen) * 0.02
     rows = torch.rand(-(-n // 128), generator=gen).repeat_interleave(128)[:n] * 4 + 0.1
-    return md.quantize_blocks(w * rows[:, None], fmt=fmt)
+    return md.layouts.quantize_blocks(w * rows[:, None], fmt=fmt)
 
 
 def random_tokens(m: int, k: int, gen: torch.Generator) -> torch.Tensor:
@@ -23,8 +23,8 @@ def random_tokens(m: int, k: int, gen: torch.Generator) -> torch.Tensor:
     return (x * magnitudes[:, None]).to(torch.bfloat16)
 
 
-def linear(name: str, weight: md.QuantizedWeight, kernel: str, **options) -> md.BlockScaledLinear:
-    return md.BlockScaledLinear(name, weight).attach(md.get_kernel(kernel, **options))
+def linear(name: str, weight: md.QuantizedWeight, kernel: str, **options) -> md.kernels.BlockScaledLinear:
+    return md.kernels.BlockScaledLinear(name, weight).attach(md.get_kernel(kernel, **options))
 
 
 def accumulation_bound(qa: md.QuantizedActivation, weight: md.QuantizedWeight) -> torch.Tensor:

@@ -24,7 +24,7 @@ def test_padded_operands_dequantize_to_the_zero_padded_originals(m, k, gen):
     assert torch.equal(padded, expected)
 
     weight = random_weight(256, k, gen)
-    lin = md.BlockScaledLinear("proj", weight)
+    lin = md.kernels.BlockScaledLinear("proj", weight)
     w_data, w_scale = _dense_weight(lin)
     assert w_data.shape == (256, cols) and w_scale.shape == (2, cols // 128)
     w_expected = torch.zeros(256, cols)

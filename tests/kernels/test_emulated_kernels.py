@@ -81,7 +81,7 @@ def test_blockwise_matches_torch_scaled_mm_per_block(k, gen):
 
 def misread(qa: md.QuantizedActivation, read_as: md.ScaleLayout) -> md.QuantizedActivation:
     """What a kernel reading `read_as` bytes effectively multiplies by, as a correctly labelled input."""
-    values = md.read_scale(qa.scale, read_as)
+    values = md.layouts.read_scale(qa.scale, read_as)
     return md.QuantizedActivation(qa.data, values.contiguous(), md.ScaleLayout.ROW_MAJOR, qa.fmt)
 
 
@@ -97,7 +97,7 @@ def test_wrong_scale_order_is_exactly_the_misread(kernel, written, gen):
     read_as = emulated.kernel.contract(emulated).scale
     for m in (1, 16):
         qa = md.quantize_groups(random_tokens(m, k, gen), scale_layout=written, producer="fused norm quant")
-        call = md.apply_pre_quantized_block_scaled_mm(emulated, qa)
+        call = md.kernels.apply_pre_quantized_block_scaled_mm(emulated, qa)
         (violation,) = call.violations
         assert violation.kind is ViolationKind.SCALE_ORDER
         assert "q_b_proj" in violation.message and written.name in violation.message
@@ -107,7 +107,7 @@ def test_wrong_scale_order_is_exactly_the_misread(kernel, written, gen):
             assert same_bits(call.output, reference(qa)), "at M=1 both orders are the same bytes"
         else:
             assert violation.effective
-            assert md.error_metrics(call.output, reference(qa))["rel_l2"] > 0.1
+            assert md.numerics.error_metrics(call.output, reference(qa))["rel_l2"] > 0.1
 
 
 def test_col_major_strided_scale_is_read_correctly_by_bpreshuffle(gen):
@@ -132,7 +132,7 @@ def test_double_shuffle_reads_a_once_shuffled_matrix(gen):
     """A model-side shuffle plus the kernel's: the kernel un-shuffles once and multiplies garbage."""
     n, k = 256, 512
     weight = random_weight(n, k, gen)
-    lin = md.BlockScaledLinear("wo_b", weight)
+    lin = md.kernels.BlockScaledLinear("wo_b", weight)
     lin.shuffle_weight(by="model prepare_attn_preshuffle")
     lin.attach(md.get_kernel("aiter-bpreshuffle", accumulation="dequant"))
     assert lin.weight.layout.shuffle_count == 2
@@ -149,15 +149,15 @@ def test_double_shuffle_on_256_byte_rows_hides_from_bytes_not_from_the_kernel(ge
     inspection sees a plain weight and a plain reader is right - but the preshuffled kernel, which
     un-shuffles once, reads a once-shuffled matrix."""
     weight = random_weight(128, 256, gen)
-    lin = md.BlockScaledLinear("down", weight)
+    lin = md.kernels.BlockScaledLinear("down", weight)
     lin.shuffle_weight(by="model")
     lin.attach(md.get_kernel("aiter-bpreshuffle", accumulation="dequant"))
-    assert md.identify_weight_layout(lin.weight.data, weight.data).shuffles == 0
+    assert md.layouts.identify_weight_layout(lin.weight.data, weight.data).shuffles == 0
     qa = md.quantize_groups(random_tokens(4, 256, gen), scale_layout=md.ScaleLayout.COL_MAJOR)
     (violation,) = lin.run(qa).violations
     assert violation.kind is ViolationKind.DOUBLE_SHUFFLE and violation.effective
 
-    plain_reader = md.BlockScaledLinear("down", weight.shuffled(by="model").shuffled(by="model"))
+    plain_reader = md.kernels.BlockScaledLinear("down", weight.shuffled(by="model").shuffled(by="model"))
     plain_reader.attach(md.get_kernel("aiter-blockscale", accumulation="dequant"))
     row_qa = qa.presented_as(md.ScaleLayout.ROW_MAJOR)
     call = plain_reader.run(row_qa)
@@ -169,7 +169,7 @@ def test_double_shuffle_on_256_byte_rows_hides_from_bytes_not_from_the_kernel(ge
 @pytest.mark.parametrize("flag", ["skip_weight_relayout", "is_bmm", "cpu_skip_gemm_dispatch"])
 def test_honoured_flags_keep_the_weight_plain(flag, gen):
     weight = random_weight(256, 512, gen)
-    lin = md.BlockScaledLinear("kv_b_proj", weight, **{flag: True})
+    lin = md.kernels.BlockScaledLinear("kv_b_proj", weight, **{flag: True})
     lin.attach(md.get_kernel("aiter-bpreshuffle", accumulation="dequant"))
     assert lin.weight.layout.plain and lin.plain_fallback
     x = random_tokens(8, 512, gen)
@@ -180,7 +180,7 @@ def test_honoured_flags_keep_the_weight_plain(flag, gen):
 
 def test_ignored_flags_shuffle_under_the_direct_reader(gen):
     weight = random_weight(256, 512, gen)
-    lin = md.BlockScaledLinear("kv_b_proj", weight, skip_weight_relayout=True)
+    lin = md.kernels.BlockScaledLinear("kv_b_proj", weight, skip_weight_relayout=True)
     lin.attach(md.get_kernel("aiter-bpreshuffle", honour_layer_flags=False))
     assert lin.weight.layout.shuffle_count == 1 and not lin.plain_fallback
 
@@ -197,7 +197,7 @@ def test_leading_dims_and_input_validation(gen):
     with pytest.raises(TypeError, match="e4m3fnuz.*e4m3fn"):
         lin(fnuz)
     with pytest.raises(RuntimeError, match="no kernel attached"):
-        md.BlockScaledLinear("bare", weight)(torch.randn(1, 256))
+        md.kernels.BlockScaledLinear("bare", weight)(torch.randn(1, 256))
     with pytest.raises(ValueError, match="accumulation"):
         md.get_kernel("aiter-blockscale", accumulation="fast")
     with pytest.raises(ValueError, match="registered kernels: .*aiter-blockscale"):

@@ -30,7 +30,7 @@ def to_cpu(qa: md.QuantizedActivation) -> md.QuantizedActivation:
 @pytest.mark.parametrize("m", [1, 3, 16, 17, 128, 1000])  # cuBLAS needs M % 4 == 0: the adapter pads
 def test_cublas_matches_reference_with_col_major_strided_scales(m, n, k, gen):
     weight = random_weight(n, k, gen)
-    lin = md.BlockScaledLinear("proj", on_cuda(weight)).attach(md.get_kernel("cublas-blockwise"))
+    lin = md.kernels.BlockScaledLinear("proj", on_cuda(weight)).attach(md.get_kernel("cublas-blockwise"))
     x = random_tokens(m, k, gen).cuda()
     call = lin.run(x)
     assert call.input.scale_layout is md.ScaleLayout.COL_MAJOR_STRIDED
@@ -39,7 +39,7 @@ def test_cublas_matches_reference_with_col_major_strided_scales(m, n, k, gen):
     out = call.output.cpu()
     assert out.shape == (m, n) and torch.isfinite(out).all()
     qa = to_cpu(call.input)
-    reference = md.BlockScaledLinear("proj", weight).attach(md.get_kernel("torch-reference"))(qa)
+    reference = md.kernels.BlockScaledLinear("proj", weight).attach(md.get_kernel("torch-reference"))(qa)
     assert_within_accumulation_bound(out, reference, accumulation_bound(qa, weight))
 
 
@@ -48,7 +48,7 @@ def test_cublas_matches_reference_with_col_major_strided_scales(m, n, k, gen):
 def test_cublas_rejects_row_major_strides_loudly(written, m, gen):
     """Even at M=1, where the bytes coincide, a row-major-strided scale is refused (never padded)."""
     weight = random_weight(256, 512, gen)
-    lin = md.BlockScaledLinear("q_b_proj", on_cuda(weight)).attach(md.get_kernel("cublas-blockwise"))
+    lin = md.kernels.BlockScaledLinear("q_b_proj", on_cuda(weight)).attach(md.get_kernel("cublas-blockwise"))
     qa = md.quantize_groups(random_tokens(m, 512, gen).cuda(), scale_layout=written)
     with pytest.raises(ValueError, match=r"q_b_proj: cublas-blockwise rejected .*strides \(4, 1\) written"):
         lin(qa)
@@ -62,14 +62,16 @@ def test_quantizers_agree_bitwise_on_cpu_and_gpu(gen):
         assert torch.equal(cpu.data.view(torch.uint8), gpu.data.cpu().view(torch.uint8))
         assert torch.equal(cpu.scale, gpu.scale.cpu())
         w = torch.randn(384, 1024, generator=gen)
-        assert torch.equal(md.quantize_blocks(w, fmt=fmt).scale, md.quantize_blocks(w.cuda(), fmt=fmt).scale.cpu())
+        assert torch.equal(
+            md.layouts.quantize_blocks(w, fmt=fmt).scale, md.layouts.quantize_blocks(w.cuda(), fmt=fmt).scale.cpu()
+        )
 
 
 @pytest.mark.parametrize("kernel", ["aiter-blockscale", "aiter-bpreshuffle"])
 def test_emulations_run_on_cuda_tensors(kernel, gen):
     weight = random_weight(3072, 1536, gen)
-    gpu = md.BlockScaledLinear("proj", on_cuda(weight)).attach(md.get_kernel(kernel))
-    cpu = md.BlockScaledLinear("proj", weight).attach(md.get_kernel(kernel))
+    gpu = md.kernels.BlockScaledLinear("proj", on_cuda(weight)).attach(md.get_kernel(kernel))
+    cpu = md.kernels.BlockScaledLinear("proj", weight).attach(md.get_kernel(kernel))
     x = random_tokens(16, 1536, gen)
     call = gpu.run(x.cuda())
     qa = to_cpu(call.input)

@@ -39,12 +39,14 @@ def to_cpu(qa: md.QuantizedActivation) -> md.QuantizedActivation:
     return md.QuantizedActivation(qa.data.cpu(), qa.scale.cpu(), qa.scale_layout, qa.fmt)
 
 
-def gpu_linear(weight: md.QuantizedWeight, kernel: str, **options) -> md.BlockScaledLinear:
-    return md.BlockScaledLinear("proj", on_cuda(weight)).attach(md.get_kernel(kernel, backend="triton", **options))
+def gpu_linear(weight: md.QuantizedWeight, kernel: str, **options) -> md.kernels.BlockScaledLinear:
+    return md.kernels.BlockScaledLinear("proj", on_cuda(weight)).attach(
+        md.get_kernel(kernel, backend="triton", **options)
+    )
 
 
 def reference(weight: md.QuantizedWeight, qa: md.QuantizedActivation) -> torch.Tensor:
-    return md.BlockScaledLinear("proj", weight).attach(md.get_kernel("torch-reference"))(qa)
+    return md.kernels.BlockScaledLinear("proj", weight).attach(md.get_kernel("torch-reference"))(qa)
 
 
 @pytest.mark.parametrize("kernel", ["triton-blockscale", "triton-bpreshuffle"])
@@ -80,8 +82,8 @@ def test_the_other_scale_order_gives_the_emulated_wrong_result(m, gen):
     qa = md.quantize_groups(random_tokens(m, 7168, gen).cuda(), scale_layout="row_major")
     poison_allocator()
     call = lin.run(qa)
-    assert [v.kind for v in call.violations] == [md.ViolationKind.SCALE_ORDER]
-    emulated = md.BlockScaledLinear("proj", weight).attach(md.get_kernel("aiter-bpreshuffle"))(to_cpu(qa))
+    assert [v.kind for v in call.violations] == [md.layouts.ViolationKind.SCALE_ORDER]
+    emulated = md.kernels.BlockScaledLinear("proj", weight).attach(md.get_kernel("aiter-bpreshuffle"))(to_cpu(qa))
     # The products use the scales as READ (column-major bytes), so the bound is taken over those.
     as_read = md.layouts.read_scale(qa.scale.cpu(), md.ScaleLayout.COL_MAJOR)
     read = md.QuantizedActivation(qa.data.cpu(), as_read.contiguous(), md.ScaleLayout.ROW_MAJOR, qa.fmt)
@@ -314,7 +316,7 @@ def test_heuristic_keeps_every_sm_streaming_for_single_tokens():
 def test_triton_and_cublas_agree_within_the_bound(gen):
     weight = random_weight(7168, 2048, gen)
     tri = gpu_linear(weight, "triton-blockscale")
-    cublas = md.BlockScaledLinear("proj", on_cuda(weight)).attach(md.get_kernel("cublas-blockwise"))
+    cublas = md.kernels.BlockScaledLinear("proj", on_cuda(weight)).attach(md.get_kernel("cublas-blockwise"))
     x = random_tokens(256, 2048, gen).cuda()
     call = tri.run(x)
     qa = to_cpu(call.input)

@@ -59,7 +59,7 @@ def test_the_other_scale_order_gives_exactly_the_emulated_wrong_result(gen):
     x = random_tokens(4, K, gen)
     row_major = md.quantize_groups(x, 128, fmt=weight.fmt, scale_layout="row_major")
     wrong = tri.run(row_major)
-    assert [v.kind for v in wrong.violations] == [md.ViolationKind.SCALE_ORDER]
+    assert [v.kind for v in wrong.violations] == [md.layouts.ViolationKind.SCALE_ORDER]
     assert_within_accumulation_bound(wrong.output, emu(row_major), accumulation_bound(row_major, weight))
     right = tri(row_major.presented_as("col_major"))
     assert not torch.equal(wrong.output, right)  # M > 1: the scales of different tokens were mixed up
@@ -90,7 +90,7 @@ def test_a_double_shuffled_weight_reads_as_the_emulation_reads_it(gen):
     emu.shuffle_weight(by="model")
     x = random_tokens(2, K, gen)
     call = tri.run(x)
-    assert any(v.kind == md.ViolationKind.DOUBLE_SHUFFLE for v in call.violations)
+    assert any(v.kind == md.layouts.ViolationKind.DOUBLE_SHUFFLE for v in call.violations)
     assert_within_accumulation_bound(call.output, emu(call.input), accumulation_bound(call.input, weight))
 
 
@@ -146,7 +146,7 @@ def test_bad_operands_are_named(change, message, gen):
 
 
 def test_the_staging_of_a_preshuffled_weight_is_checked(gen):
-    qw = md.quantize_blocks(torch.randn(N, K, generator=gen) * 0.02).shuffled((16, 16), by="test")
+    qw = md.layouts.quantize_blocks(torch.randn(N, K, generator=gen) * 0.02).shuffled((16, 16), by="test")
     qa = md.quantize_groups(random_tokens(2, K, gen), scale_layout="col_major")
     args = (qa.data, qa.scale, md.ScaleLayout.COL_MAJOR, qw.data, qw.scale, K)
     with pytest.raises(ValueError, match="staging must be 'auto', 'interleaved' or 'swizzled', not 'tma'"):

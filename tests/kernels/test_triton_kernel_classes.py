@@ -42,7 +42,7 @@ def test_scenario_options_of_the_aiter_kernel_reach_its_stand_in():
 
 def test_disabling_the_aiter_kernel_disables_its_stand_in():
     policy = md.KernelPolicy.for_platform(
-        "h200", tuned=md.TunedTable.embedded(), disabled="AiterPreshuffledFp8BlockScaledMMKernel"
+        "h200", tuned=md.kernels.TunedTable.embedded(), disabled="AiterPreshuffledFp8BlockScaledMMKernel"
     )
     kernel, reason = policy.select("o_proj", 7168, 16384, "h200")
     assert kernel.name == "triton-blockscale" and "triton-bpreshuffle disabled" in reason
@@ -60,7 +60,9 @@ def test_pr51692_on_h200_reproduces_the_kv_b_proj_bug_through_the_stand_in():
 
 def test_selection_reasons_name_the_rocm_card_the_table_belongs_to():
     kernel = md.get_kernel("triton-bpreshuffle", tuned_as="mi308x")
-    problem = md.GemmProblem("o_proj", 7168, 7168, md.E4M3FN, md.platform("h200"), tuned=md.TunedTable.embedded())
+    problem = md.kernels.GemmProblem(
+        "o_proj", 7168, 7168, md.E4M3FN, md.platform("h200"), tuned=md.kernels.TunedTable.embedded()
+    )
     ok, why = kernel.can_implement(problem)
     assert ok and "gfx942/cu80" in why and "selection as on mi308x" in why
     with pytest.raises(ValueError, match="tuned_as='h200' must name a ROCm platform"):
@@ -77,7 +79,7 @@ def test_selection_reasons_name_the_rocm_card_the_table_belongs_to():
 )
 def test_shapes_and_platforms_they_refuse_say_why(n, k, platform, message):
     ok, why = md.get_kernel("triton-blockscale").can_implement(
-        md.GemmProblem("p", n, k, md.E4M3FN, md.platform(platform))
+        md.kernels.GemmProblem("p", n, k, md.E4M3FN, md.platform(platform))
     )
     assert not ok and message in why
 

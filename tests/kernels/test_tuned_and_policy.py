@@ -26,10 +26,10 @@ def csv_keys(folder) -> set[tuple[str, int, int, int]]:
 def test_csvs_agree_with_embedded_shapes(aiter_csv_dir):
     # Deduplicated with gfx and cu_num in the key (newer aiter), every shape of the CSVs survives the
     # merge: those are the embedded facts.
-    table = md.TunedTable.from_csv(aiter_csv_dir, dedup_keys=("M", "N", "K", "cu_num", "gfx"))
+    table = md.kernels.TunedTable.from_csv(aiter_csv_dir, dedup_keys=("M", "N", "K", "cu_num", "gfx"))
     assert table.shapes() == csv_keys(aiter_csv_dir)
-    assert table.shapes() == md.TunedTable.embedded().shapes()
-    assert table.has_m and not md.TunedTable.embedded().has_m
+    assert table.shapes() == md.kernels.TunedTable.embedded().shapes()
+    assert table.has_m and not md.kernels.TunedTable.embedded().has_m
 
 
 def test_the_pinned_aiter_merge_keeps_the_fastest_row_per_m_n_k(aiter_csv_dir):
@@ -48,7 +48,7 @@ def test_the_pinned_aiter_merge_keeps_the_fastest_row_per_m_n_k(aiter_csv_dir):
 
 
 def test_embedded_shapes_per_card():
-    table = md.TunedTable.embedded()
+    table = md.kernels.TunedTable.embedded()
     assert len(table.shapes("gfx942", 80)) == 21
     assert len(table.shapes("gfx950", 256)) == 79
     assert len(table.shapes("gfx1250", 256)) == 16
@@ -72,38 +72,38 @@ def test_env_var_and_merge_order(aiter_csv_dir, tmp_path):
         writer.writeheader()
         writer.writerow({**first, "kernelName": "my_kernel", "us": "1.0"})
         writer.writerow({**first, "N": "48", "K": "1024", "kernelName": "extra"})
-    table = md.TunedTable.from_env({TUNED_ENV_VAR: f"{main}:{override}"})
+    table = md.kernels.TunedTable.from_env({TUNED_ENV_VAR: f"{main}:{override}"})
     m, n, k = int(first["M"]), int(first["N"]), int(first["K"])
     row = table.lookup(md.platform("mi355x"), m, n, k)
     assert row.kernel_name == "my_kernel" and row.source == "mine.csv:2"  # the faster row wins (1 us)
     assert len(table.conflicts) == 1 and table.conflicts[0][1] is row
     assert table.conflicts[0][0].source == "a8w8_blockscale_bpreshuffle_tuned_gemm.csv:2"
-    assert table.has("mi355x", 48, 1024) and not md.TunedTable.embedded().has("mi355x", 48, 1024)
+    assert table.has("mi355x", 48, 1024) and not md.kernels.TunedTable.embedded().has("mi355x", 48, 1024)
     assert table.origin.origin is md.kernels.TableOrigin.ENV and table.source.startswith(TUNED_ENV_VAR)
     # a later but slower row loses, whatever the file order
     with open(override, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         writer.writerow({**first, "kernelName": "slow_kernel", "us": "1e6"})
-    table = md.TunedTable.from_csv([main, override])
+    table = md.kernels.TunedTable.from_csv([main, override])
     assert table.lookup("mi355x", m, n, k).kernel_name == first["kernelName"]
     assert table.conflicts[0][0].kernel_name == "slow_kernel"
 
 
 def test_env_var_errors_and_fallback(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.csv"):
-        md.TunedTable.from_env({TUNED_ENV_VAR: str(tmp_path / "nope.csv")})
+        md.kernels.TunedTable.from_env({TUNED_ENV_VAR: str(tmp_path / "nope.csv")})
     bad = tmp_path / "bad.csv"
     bad.write_text("gfx,cu_num,M,N\ngfx950,256,1,128\n")
     with pytest.raises(ValueError, match=r"bad.csv: missing columns \['K'\]"):
-        md.TunedTable.from_csv(bad)
+        md.kernels.TunedTable.from_csv(bad)
     bad.write_text("gfx,cu_num,M,N,K\ngfx950,256,one,128,512\n")
     with pytest.raises(ValueError, match="bad.csv:2: bad row"):
-        md.TunedTable.from_csv(bad)
+        md.kernels.TunedTable.from_csv(bad)
     if installed_aiter_configs() is None:
         with pytest.raises(LookupError, match=TUNED_ENV_VAR):
-            md.TunedTable.from_env({})
-        assert md.TunedTable.default({}).source.startswith("embedded")
+            md.kernels.TunedTable.from_env({})
+        assert md.kernels.TunedTable.default({}).source.startswith("embedded")
 
 
 def _fake_installed_aiter(monkeypatch, configs, hip: str | None):
@@ -151,7 +151,7 @@ def test_directory_layout_like_aiter(aiter_csv_dir, tmp_path):
     shutil.copy(aiter_csv_dir / "a8w8_blockscale_bpreshuffle_tuned_gemm.csv", configs)
     shutil.copy(aiter_csv_dir / "a8w8_blockscale_bpreshuffle_tuned_gemm_dsv3.csv", configs / "model_configs")
     (configs / "model_configs" / "a8w8_blockscale_bpreshuffle_untuned_gemm_x.csv").write_text("junk")
-    table = md.TunedTable.from_csv(configs)
+    table = md.kernels.TunedTable.from_csv(configs)
     assert [p.relative_to(configs).as_posix() for p in table.files] == [
         "a8w8_blockscale_bpreshuffle_tuned_gemm.csv",
         "model_configs/a8w8_blockscale_bpreshuffle_tuned_gemm_dsv3.csv",
@@ -181,7 +181,7 @@ def test_m_padding_order(m, n, expected):
 
 
 def test_lookup_uses_padded_m(aiter_csv_dir):
-    table = md.TunedTable.from_csv(aiter_csv_dir)
+    table = md.kernels.TunedTable.from_csv(aiter_csv_dir)
     ms = {r.m for r in table.rows() if r.gfx == "gfx950" and r.n == 3072 and r.k == 1536}
     assert {16, 32, 4096, 8192} <= ms and not {17, 5000, 5120} & ms
     assert table.lookup("mi355x", 16, 3072, 1536).m == 16
@@ -202,7 +202,7 @@ def test_platform_presets_and_errors():
 
 
 def test_policy_picks_preshuffled_only_for_tuned_shapes():
-    policy = md.KernelPolicy.for_platform("mi355x", tuned=md.TunedTable.embedded(), native=False)
+    policy = md.KernelPolicy.for_platform("mi355x", tuned=md.kernels.TunedTable.embedded(), native=False)
     kernel, reason = policy.select("q_b_proj", 3072, 1536, "mi355x")
     assert kernel.name == "aiter-bpreshuffle" and "tuned row" in reason and "gfx950/cu256" in reason
     kernel, reason = policy.select("q_b_proj", 24576, 1536, "mi355x")
@@ -215,7 +215,7 @@ def test_policy_picks_preshuffled_only_for_tuned_shapes():
 
 
 def test_policy_before_pr51692_and_disabled_and_overrides():
-    tuned = md.TunedTable.embedded()
+    tuned = md.kernels.TunedTable.embedded()
     before = md.KernelPolicy.for_platform("mi355x", preshuffled_first=False, tuned=tuned, native=False)
     assert before.select("q_b_proj", 3072, 1536, "mi355x")[0].name == "aiter-blockscale"
     disabled = md.KernelPolicy.for_platform(
@@ -237,7 +237,7 @@ def test_policy_before_pr51692_and_disabled_and_overrides():
 def test_policy_errors():
     with pytest.raises(ValueError, match="registered kernels"):
         md.KernelPolicy(["no-such-kernel"])
-    policy = md.KernelPolicy(["aiter-bpreshuffle"], tuned=md.TunedTable.embedded())
+    policy = md.KernelPolicy(["aiter-bpreshuffle"], tuned=md.kernels.TunedTable.embedded())
     with pytest.raises(ValueError, match=r"o_proj \(N=7000, K=16384\) on mi355x: no kernel .*not a multiple of 16"):
         policy.select("o_proj", 7000, 16384, "mi355x")
     with pytest.raises(ValueError, match="aiter kernels run on ROCm platforms, not h200"):
@@ -245,12 +245,12 @@ def test_policy_errors():
 
 
 def test_nvidia_policy_mirrors_the_rocm_choice_with_triton_stand_ins():
-    policy = md.KernelPolicy.for_platform("h200", tuned=md.TunedTable.embedded())
+    policy = md.KernelPolicy.for_platform("h200", tuned=md.kernels.TunedTable.embedded())
     kernel, reason = policy.select("o_proj", 7168, 16384, "h200")
     assert kernel.name == "triton-bpreshuffle" and "selection as on mi355x" in reason
     kernel, reason = policy.select("q_b_proj", 24576, 1536, "h200")  # no gfx950 row for this shape
     assert kernel.name == "triton-blockscale" and "no bpreshuffle tuned row for (N=24576, K=1536)" in reason
-    before = md.KernelPolicy.for_platform("h200", preshuffled_first=False, tuned=md.TunedTable.embedded())
+    before = md.KernelPolicy.for_platform("h200", preshuffled_first=False, tuned=md.kernels.TunedTable.embedded())
     assert before.select("o_proj", 7168, 16384, "h200")[0].name == "triton-blockscale"
 
 
@@ -266,9 +266,9 @@ def test_cublas_scenario_on_a_cpu_machine_falls_back_with_the_reason():
 def test_load_records_events():
     import torch
 
-    weight = md.quantize_blocks(torch.randn(3072, 1536) * 0.02)
-    policy = md.KernelPolicy.for_platform("mi355x", tuned=md.TunedTable.embedded(), native=False)
-    lin = md.BlockScaledLinear("q_b_proj", weight).load(policy, "mi355x")
+    weight = md.layouts.quantize_blocks(torch.randn(3072, 1536) * 0.02)
+    policy = md.KernelPolicy.for_platform("mi355x", tuned=md.kernels.TunedTable.embedded(), native=False)
+    lin = md.kernels.BlockScaledLinear("q_b_proj", weight).load(policy, "mi355x")
     assert lin.kernel.name == "aiter-bpreshuffle"
     assert lin.events[0].startswith("kernel aiter-bpreshuffle:")
     assert "shuffled (16, 16) by aiter-bpreshuffle" in lin.events[1]

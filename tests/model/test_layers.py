@@ -73,7 +73,7 @@ def tokens(cfg, n=16, seed=0):
 
 
 def rel(a, b):
-    return md.error_metrics(a, b)["rel_l2"]
+    return md.numerics.error_metrics(a, b)["rel_l2"]
 
 
 def test_step_programs_are_stable(tiny, tiny_v4):

@@ -76,7 +76,7 @@ def test_prefill_matches_transformers(reference_module, tp_size):
     expected = transformers_output(config, attention, rotary, hidden, positions)
     run = md.run_layer(cfg, ckpt, hidden, positions, tp_size=tp_size, dtype=torch.float32)
     assert run.output.dtype == torch.float32
-    assert md.error_metrics(run.output, expected)["rel_l2"] < 1e-5
+    assert md.numerics.error_metrics(run.output, expected)["rel_l2"] < 1e-5
 
 
 def test_decode_equals_prefill_in_fp32(reference_module):
@@ -88,5 +88,8 @@ def test_decode_equals_prefill_in_fp32(reference_module):
     positions = torch.arange(9)
     prefill = md.run_layer(cfg, ckpt, hidden, positions, tp_size=2, mode="prefill", dtype=torch.float32)
     decode = md.run_layer(cfg, ckpt, hidden, positions, tp_size=2, mode="decode", dtype=torch.float32)
-    assert md.error_metrics(decode.output, prefill.output)["rel_l2"] < 1e-5
-    assert md.error_metrics(decode.records["absorb_uv"].output, prefill.records["attention"].output)["rel_l2"] < 1e-5
+    assert md.numerics.error_metrics(decode.output, prefill.output)["rel_l2"] < 1e-5
+    assert (
+        md.numerics.error_metrics(decode.records["absorb_uv"].output, prefill.records["attention"].output)["rel_l2"]
+        < 1e-5
+    )

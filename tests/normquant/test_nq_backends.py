@@ -182,7 +182,7 @@ def test_import_works_without_triton_and_aiter():
         "    assert 'triton is not importable' in str(e), e\n"
         "else:\n"
         "    raise SystemExit('no error')\n"
-        "r = md.fused_qk_rmsnorm_group_quant(torch.ones(2, 128), torch.ones(128), 1e-6)\n"
+        "r = md.normquant.fused_qk_rmsnorm_group_quant(torch.ones(2, 128), torch.ones(128), 1e-6)\n"
         "assert r.q_quant.scale.shape == (2, 1)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -396,5 +396,5 @@ def test_triton_unfused_on_cpu_without_the_interpreter_says_why(no_interpreter):
 
 
 def test_exported():
-    assert md.fused_qk_rmsnorm_group_quant is FUSED
+    assert md.normquant.fused_qk_rmsnorm_group_quant is FUSED
     assert callable(md.normquant.triton_norm_then_quant_for_v4)

@@ -230,6 +230,6 @@ def test_a_registered_backend_is_picked_by_auto():
         unregister_backend("torch")
 
 
-def test_exported_from_the_top_level():
-    assert md.fused_qk_rmsnorm_group_quant is fused_qk_rmsnorm_group_quant
-    assert "fused_qk_rmsnorm_group_quant" in md.__all__
+def test_exported_from_the_normquant_package():
+    assert md.normquant.fused_qk_rmsnorm_group_quant is fused_qk_rmsnorm_group_quant
+    assert "fused_qk_rmsnorm_group_quant" in md.normquant.__all__

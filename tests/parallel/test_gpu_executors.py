@@ -28,7 +28,7 @@ def test_cublas_layer_on_gpu_matches_cpu_reference(tiny, mode):
     cpu = md.run_layer(cfg, ckpt, hidden, positions, tp_size=2, mode=mode)
     # Independent activation quantization noise on each side is the same (same recipe, same bytes),
     # the remaining difference is accumulation order and bf16 rounding of partial results.
-    assert md.error_metrics(gpu.output.cpu(), cpu.output)["rel_l2"] < 2e-2
+    assert md.numerics.error_metrics(gpu.output.cpu(), cpu.output)["rel_l2"] < 2e-2
 
 
 def test_nccl_distributed_equals_in_process_on_gpus(tiny):

@@ -12,6 +12,7 @@ import mla_debug as md
 from mla_debug.analysis import DIVERGENCE_FACTOR
 from mla_debug.analysis.changes import causes
 from mla_debug.viz import render_html, write_html
+from mla_debug.viz.patching import patching_sentence
 
 
 def test_report_holds_culprits_steps_and_one_inline_plotly(tmp_path):
@@ -38,6 +39,23 @@ def test_report_holds_culprits_steps_and_one_inline_plotly(tmp_path):
     assert f"{DIVERGENCE_FACTOR:g} x floor" in text
     for c in diverged:
         assert f"All {len(c.diff.steps)} steps of TP{c.tp} {c.mode}" in text
+
+
+def test_each_culprit_group_says_what_activation_patching_found(tmp_path):
+    r = result(BUGGY)
+    text = render_html(r)
+    (group,) = r.culprit_groups
+    sentence = patching_sentence(r.patching[group.configs[0]])
+    assert sentence == patching_sentence(r.patching[group.configs[1]])  # the same words: said once, for both
+    assert sentence.startswith("patching absorb_uk alone") and "patching absorb_uk and absorb_uv restores" in sentence
+    block = text[text.index('<div class="culprit">') : text.index("</div>", text.index('<div class="culprit">'))]
+    assert block.count(f"<b>Activation patching</b> at TP1, TP2 decode: {html.escape(sentence)}</p>") == 1
+    # the numbers behind it: one before/after table per configuration
+    for tp in (1, 2):
+        assert f"<caption>TP{tp} decode: rel_err before and after patching</caption>" in block
+    assert "<th>absorb_uk, absorb_uv patched</th>" in block and "<small>patched</small>" in block
+    off = render_html(dataclasses.replace(r.report(), patching={}))
+    assert "<b>Activation patching</b> at TP1, TP2 decode: not recorded (the triage ran without patching" in off
 
 
 def test_report_needs_no_network(tmp_path):
@@ -105,6 +123,7 @@ def test_a_saved_report_renders_to_the_same_html_without_re_running(tmp_path):
     saved = r.to_json(tmp_path / "triage.json")
     loaded = md.load_triage(saved)
     assert loaded == r.report() and loaded.block_errors  # the block heatmaps' matrices travel in the JSON
+    assert loaded.patching == r.patching and loaded.patching  # and the patching checks
     again = md.write_html(loaded, tmp_path / "reloaded.html")
     assert again.read_bytes() == first.read_bytes()
     # and rendering twice gives the same bytes (no random figure or table ids, no clock)
@@ -118,6 +137,8 @@ def test_a_report_without_block_errors_renders_and_says_what_is_missing():
     diverged = older.diverged_runs
     assert diverged and text.count("No block heatmap: ") == len(diverged)
     assert "schema 2 file, which keeps none" in text
+    older = dataclasses.replace(older, patching={})
+    assert "not recorded: this report was read from a schema 2 file" in render_html(older)
     assert text.count("Plotly.newPlot(") == len(r.modes)  # the TP x step heatmaps are still drawn
     no_provenance = render_html(dataclasses.replace(older, provenance=None, bisection=None))
     assert "Not recorded: this report was read from a schema 2 file" in no_provenance

@@ -45,4 +45,5 @@ def report_of(result, block_steps: Iterable[tuple[int, str, str | None]] = ()) -
         bisection=result.bisection,
         unresolved=[(tp, mode) for tp, mode in result.unresolved],
         block_errors=blocks,
+        patching=dict(result.patching),
     )

@@ -33,7 +33,11 @@ JSON schema 3 (what `to_dict` writes)::
                 "known_fix": {"scenario", "upstream": str, "restores": bool}|null,
                 "violations": [violation], "trials": int}],
    "culprit_groups": [{"configs": [[tp, mode]], "culprits": [index into "culprits"]}],
-   "unresolved": [[tp, mode]]}
+   "unresolved": [[tp, mode]],
+   "patching": [{"tp": int, "mode": str,  (one per diverged configuration checked by activation patching)
+                 "attempts": [{"tp": int, "mode": str, "scenario", "reference": str, "steps": [str],
+                               "verdict": "restored"|"not-restored"|"not-patchable",
+                               "patched", "downstream": [recovery], "factor", "min_threshold": float}]}]}
 
   choice = {"kernel": str, "reason": str, "override": bool,
             "skipped": [{"kernel": str, "disabled": bool, "reason": str|null}]}
@@ -42,10 +46,15 @@ JSON schema 3 (what `to_dict` writes)::
   change = {"kind": "kernel-to-reference"|"honour-flags"|"behaviour"|"disable-kernel", "target": str,
             "description": str, "setting": str|null, "remedy": "code-fix"|"workaround"}
   remedy = {"kind": "code-fix"|"workaround", "description": str, "setting": str|null, "changes": [change]}
+  recovery = {"name": str, "index": int, "rel_err_before", "rel_err_after": number,
+              "floor", "threshold": number|null, "diverged_before", "diverged_after": bool}
 
 Files of schema 1 and 2 load too (`legacy.upgrade`): their layouts and kernel reasons were sentences,
 read back into the typed values; they carry no block errors, and a report drawn from them says so.
-Activation-patching results are not part of this schema yet; they join it as their own key.
+"patching" (`analysis.patching.PatchConfirmation` per configuration, attempts in order) joined schema 3
+later as a key of its own: a file without it - any schema 1 or 2 file, a schema 3 file written before,
+or a triage run with ``patching=False`` - loads with no confirmations, and a report drawn from it says
+that patching was not recorded.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ from typing import Any
 
 from ..bisection import BisectStats, Culprit, CulpritGroup, group_culprits
 from ..json_numbers import float_from_json, float_to_json
+from ..patching import PatchConfirmation
 from ..provenance import Provenance
 from ..tables import error_matrix_frame, steps_frame, summary_frame
 from .block_errors import BlockErrors
@@ -73,8 +83,11 @@ class TriageReport:
     >>> md.write_html(report, "triage.html")
 
     ``block_errors`` holds the token x block error matrices kept (by default the first divergent step
-    of every diverged configuration: what the HTML report draws). ``source_schema`` is the schema of
-    the file the report was read from (SCHEMA for a report made here); `to_dict` always writes SCHEMA.
+    of every diverged configuration: what the HTML report draws). ``patching`` holds the activation-
+    patching confirmation of every diverged configuration that was checked, by (tp, mode) - the key of
+    a culprit too, so `confirmation_of(culprit)` finds the check of the configuration it explains.
+    ``source_schema`` is the schema of the file the report was read from (SCHEMA for a report made
+    here); `to_dict` always writes SCHEMA.
     """
 
     model: str
@@ -92,6 +105,7 @@ class TriageReport:
     bisection: BisectStats | None = None
     unresolved: list[tuple[int, str]] = field(default_factory=list)
     block_errors: list[BlockErrors] = field(default_factory=list)
+    patching: dict[tuple[int, str], PatchConfirmation] = field(default_factory=dict)
     source_schema: int = SCHEMA
 
     # -- what a reader looks up --------------------------------------------------------------------
@@ -109,6 +123,16 @@ class TriageReport:
     def culprit_groups(self) -> list[CulpritGroup]:
         """Culprits that read the same apart from TP size and mode, once each (`Culprit.group_key`)."""
         return group_culprits(self.culprits)
+
+    def confirmation(self, tp: int, mode: str) -> PatchConfirmation | None:
+        """The activation-patching check of (tp, mode); None when none was recorded (the configuration
+        did not diverge, the triage ran without patching, or the file predates the key)."""
+        self.run(tp, mode)  # KeyError naming the runs when (tp, mode) is not one
+        return self.patching.get((tp, mode))
+
+    def confirmation_of(self, culprit: Culprit) -> PatchConfirmation | None:
+        """The activation-patching check of the configuration `culprit` explains (None: not recorded)."""
+        return self.confirmation(culprit.tp, culprit.mode)
 
     def default_step(self, tp: int, mode: str) -> str:
         """The step worth opening first: the first divergent one, else the worst one."""
@@ -178,6 +202,9 @@ class TriageReport:
                 for g in self.culprit_groups
             ],
             "unresolved": [list(u) for u in self.unresolved],
+            "patching": [
+                {"tp": tp, "mode": mode, **confirmation.to_dict()} for (tp, mode), confirmation in self.patching.items()
+            ],
         }
 
     @classmethod
@@ -213,5 +240,27 @@ class TriageReport:
             bisection=BisectStats.from_dict(bisection) if bisection else None,
             unresolved=[(int(tp), str(mode)) for tp, mode in data.get("unresolved", [])],
             block_errors=[BlockErrors.from_dict(b) for b in data.get("block_errors", [])],
+            patching=_patching_from(data.get("patching", [])),
             source_schema=schema,
         )
+
+
+def _patching_from(entries: list[dict[str, Any]]) -> dict[tuple[int, str], PatchConfirmation]:
+    """The "patching" key read back, keyed by (tp, mode); every attempt must be of its entry's
+    configuration, and each configuration appear once (ValueError naming it otherwise)."""
+    patching: dict[tuple[int, str], PatchConfirmation] = {}
+    for entry in entries:
+        key = (int(entry["tp"]), str(entry["mode"]))
+        where = f"patching of TP{key[0]} {key[1]}"
+        if key in patching:
+            raise ValueError(f"{where}: the configuration appears twice; each is checked once")
+        confirmation = PatchConfirmation.from_dict(entry)
+        if not confirmation.attempts:
+            raise ValueError(f"{where}: no attempts; a check has at least its first divergent step's")
+        strays = list(dict.fromkeys((a.tp, a.mode) for a in confirmation.attempts if (a.tp, a.mode) != key))
+        if strays:
+            raise ValueError(
+                f"{where}: attempts of other configurations {strays}; each attempt is of TP{key[0]} {key[1]}"
+            )
+        patching[key] = confirmation
+    return patching
