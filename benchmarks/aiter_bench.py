@@ -61,7 +61,7 @@ def normquant_row(label: str, n1: int, n2: int, m: int, gen: torch.Generator, ti
     q, k, q_w, k_w = normquant_inputs(n1, n2, m, gen)
 
     def call(backend: str):
-        return md.fused_qk_rmsnorm_group_quant(q, q_w, EPS, k, k_w, transpose_scale=True, backend=backend)
+        return md.normquant.fused_qk_rmsnorm_group_quant(q, q_w, EPS, k, k_w, transpose_scale=True, backend=backend)
 
     ours, theirs = call("triton"), call("aiter-triton")
     a, b = theirs.q_quant.logical_scale().double(), ours.q_quant.logical_scale().double()
@@ -77,7 +77,7 @@ def normquant_row(label: str, n1: int, n2: int, m: int, gen: torch.Generator, ti
 
 
 def gemm_operands(m: int, n: int, k: int, gen: torch.Generator):
-    qw = md.quantize_blocks((torch.randn(n, k, generator=gen) * 0.02).cuda(), flavor="aiter")
+    qw = md.layouts.quantize_blocks((torch.randn(n, k, generator=gen) * 0.02).cuda(), flavor="aiter")
     qa = md.quantize_groups(torch.randn(m, k, generator=gen).to(torch.bfloat16).cuda(), 128, flavor="aiter-hip")
     return qa, qw
 

@@ -44,16 +44,16 @@ def exact_operands(m: int, n: int, k: int, seed: int, dtype=torch.float8_e4m3fn)
 def random_operands(m: int, n: int, k: int, seed: int, dtype=torch.float8_e4m3fn):
     gen = torch.Generator().manual_seed(seed)
     qa = md.quantize_groups(torch.randn(m, k, generator=gen), fmt=dtype, flavor="aiter-hip")
-    weight = md.quantize_blocks(torch.randn(n, k, generator=gen) * 0.05, fmt=dtype, flavor="aiter")
+    weight = md.layouts.quantize_blocks(torch.randn(n, k, generator=gen) * 0.05, fmt=dtype, flavor="aiter")
     return qa.data, weight.data, qa.scale, weight.scale
 
 
-def linear_of(w: torch.Tensor, ws: torch.Tensor) -> md.BlockScaledLinear:
-    return md.BlockScaledLinear("w", md.QuantizedWeight(w, ws, md.fp8_format(w.dtype)))
+def linear_of(w: torch.Tensor, ws: torch.Tensor) -> md.kernels.BlockScaledLinear:
+    return md.kernels.BlockScaledLinear("w", md.QuantizedWeight(w, ws, md.numerics.fp8_format(w.dtype)))
 
 
 def emulate(x, w, xs, ws, accumulation: str) -> torch.Tensor:
-    return block_scaled_mm(md.fp8_format(x.dtype).decode(x), xs, linear_of(w, ws), None, accumulation)
+    return block_scaled_mm(md.numerics.fp8_format(x.dtype).decode(x), xs, linear_of(w, ws), None, accumulation)
 
 
 # Hopper's fp8 tensor cores keep about 14 bits while adding inside an MMA (benchmarks/harness.py): compiled
@@ -63,7 +63,7 @@ TENSOR_CORE_REL = 2.0**-13
 
 def exact_and_bound(x, w, xs, ws) -> tuple[torch.Tensor, torch.Tensor]:
     """float64 y and the error bound of the docstring (plus the tensor-core allowance on a CUDA GPU)."""
-    fmt = md.fp8_format(x.dtype)
+    fmt = md.numerics.fp8_format(x.dtype)
     xv, wv = fmt.decode(x).double(), fmt.decode(w).double()
     n, k = w.shape
     xs_full = xs.double().repeat_interleave(128, 1)
@@ -128,9 +128,9 @@ def test_scales_are_read_by_their_strides():
     strided = xs.t().contiguous().t()  # COL_MAJOR_STRIDED: (1, M) strides, read right
     assert strided.stride() == (1, 4)
     assert_same_bits(run_aiter(x, w, strided, ws), right, "(1, M)-strided scale")
-    view = md.present_scale(xs, md.ScaleLayout.COL_MAJOR)  # transposed bytes behind (G, 1) strides
+    view = md.layouts.present_scale(xs, md.ScaleLayout.COL_MAJOR)  # transposed bytes behind (G, 1) strides
     wrong = run_aiter(x, w, view, ws)
-    as_row_bytes = md.read_scale(view, md.ScaleLayout.ROW_MAJOR)
+    as_row_bytes = md.layouts.read_scale(view, md.ScaleLayout.ROW_MAJOR)
     assert_same_bits(wrong, emulate(x, w, as_row_bytes, ws, "blockwise"), "a COL_MAJOR view read as row-major bytes")
     assert not torch.equal(wrong, right)
 
@@ -156,10 +156,12 @@ def test_the_kernel_class_runs_aiter_and_records_the_view_violation():
     require_aiter()
     device = triton_device()
     gen = torch.Generator().manual_seed(5)
-    weight = md.quantize_blocks((torch.randn(256, 512, generator=gen) * 0.05).to(device))
+    weight = md.layouts.quantize_blocks((torch.randn(256, 512, generator=gen) * 0.05).to(device))
     kernel = md.get_kernel("aiter-triton-blockscale", backend="triton")
-    linear = md.BlockScaledLinear("w", weight).attach(kernel)
-    emulated = md.BlockScaledLinear("w", weight).attach(md.get_kernel("aiter-triton-blockscale", backend="emulation"))
+    linear = md.kernels.BlockScaledLinear("w", weight).attach(kernel)
+    emulated = md.kernels.BlockScaledLinear("w", weight).attach(
+        md.get_kernel("aiter-triton-blockscale", backend="emulation")
+    )
     qa = kernel.quantize_input(torch.randn(4, 512, generator=gen).to(torch.bfloat16).to(device), weight.fmt)
     assert qa.flavor == "aiter-hip" and qa.scale_layout is md.ScaleLayout.ROW_MAJOR
     layouts = md.ScaleLayout
@@ -172,7 +174,7 @@ def test_the_kernel_class_runs_aiter_and_records_the_view_violation():
         with triton_semantics():
             call = linear.run(given)
         assert call.scale_read_as is read_as and bool(call.violations) == (layout is layouts.COL_MAJOR), layout
-        read = md.read_scale(given.scale, read_as).cpu()
+        read = md.layouts.read_scale(given.scale, read_as).cpu()
         exact, bound = exact_and_bound(qa.data.cpu(), weight.data.cpu(), read, weight.scale.cpu())
         for y in (call.output, emulated.run(given).output):
             assert ((y.cpu().double() - exact).abs() <= bound).all(), layout

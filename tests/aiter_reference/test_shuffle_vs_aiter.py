@@ -43,7 +43,7 @@ def test_shuffle_and_unshuffle_match_aiter(dtype, layout, bands, k_blocks, batch
     assert getattr(theirs, "is_shuffled", False)  # aiter tags its result (lost on clone; SEMANTICS 11)
     ours = md.shuffle_weight(w, layout)
     assert_same_bits(ours, theirs, f"shuffle_weight{layout} of {tuple(w.shape)} {dtype}")
-    assert_same_bits(md.unshuffle_weight(theirs, layout), w, f"unshuffle of aiter's shuffle{layout}")
+    assert_same_bits(md.layouts.unshuffle_weight(theirs, layout), w, f"unshuffle of aiter's shuffle{layout}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
@@ -55,4 +55,4 @@ def test_double_shuffle_at_256_byte_rows_is_aiter_identity_too(dtype):
     w = random_weight((48, k), dtype, seed=7)
     twice = aiter_shuffle(aiter_shuffle(w))
     assert_same_bits(twice, w, "aiter shuffle applied twice to 256-byte rows")
-    assert md.shuffle_period(k, w.element_size()) == 2
+    assert md.layouts.shuffle_period(k, w.element_size()) == 2

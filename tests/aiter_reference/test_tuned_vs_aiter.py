@@ -49,13 +49,13 @@ def aiter_merge(paths: list[Path], tmp_path: Path) -> list[tuple]:
 
 
 def our_merge(paths: list[Path]) -> list[tuple]:
-    return sorted(row_key(r) for r in md.TunedTable.from_csv(paths).rows())
+    return sorted(row_key(r) for r in md.kernels.TunedTable.from_csv(paths).rows())
 
 
 def test_merge_of_aiters_own_tables_matches(tmp_path):
     """amd-aiter's configs/ main table and model_configs/ tables, in get_config_file's order."""
     install = require_aiter()
-    table = md.TunedTable.from_csv(install.package_dir / "configs")
+    table = md.kernels.TunedTable.from_csv(install.package_dir / "configs")
     assert len(table.files) >= 2
     assert our_merge(table.files) == aiter_merge(table.files, tmp_path)
     assert table.conflicts  # the release's own tables collide on (M, N, K)
@@ -63,7 +63,7 @@ def test_merge_of_aiters_own_tables_matches(tmp_path):
 
 def test_merge_of_the_e4048607_tables_matches(aiter_csv_dir, tmp_path):
     require_aiter()
-    files = md.TunedTable.from_csv(aiter_csv_dir).files
+    files = md.kernels.TunedTable.from_csv(aiter_csv_dir).files
     assert our_merge(files) == aiter_merge(files, tmp_path)
 
 
@@ -152,7 +152,7 @@ def test_an_installed_aiter_does_not_move_the_default_table():
     install = require_aiter()
     if getattr(torch.version, "hip", None):
         pytest.skip("on ROCm an installed aiter's tables are the default, as vLLM reads them there")
-    assert md.TunedTable.default({}).origin == md.kernels.TableSource.embedded()
-    asked = md.TunedTable.from_installed_aiter()
+    assert md.kernels.TunedTable.default({}).origin == md.kernels.TableSource.embedded()
+    asked = md.kernels.TunedTable.from_installed_aiter()
     assert asked.origin.aiter_version == install.version
     assert asked.source.startswith(f"installed aiter {install.version}: ")

@@ -29,7 +29,7 @@ def test_can_implement_on_gpu_platforms():
     kernel = md.get_kernel(NAME)
 
     def check(n, k, fmt, plat):
-        return kernel.can_implement(md.GemmProblem("o_proj", n, k, fmt, md.platform(plat)))
+        return kernel.can_implement(md.kernels.GemmProblem("o_proj", n, k, fmt, md.platform(plat)))
 
     assert check(7168, 4096, md.E4M3FN, "h200").ok and check(7168, 4096, md.E4M3FN, "mi355x").ok
     assert "not cpu" in check(7168, 4096, md.E4M3FN, "cpu").reason
@@ -53,9 +53,9 @@ def test_emulation_reads_scales_by_their_strides(layout, read_as, violated, gen)
     call = lin.run(qa)
     assert call.scale_read_as is read_as and bool(call.violations) == violated
     # what it computes is the plain-weight GEMM of the scale values it reads
-    reference = md.BlockScaledLinear("proj", weight).attach(md.get_kernel("aiter-blockscale"))
+    reference = md.kernels.BlockScaledLinear("proj", weight).attach(md.get_kernel("aiter-blockscale"))
     as_read = md.QuantizedActivation(
-        qa.data, md.read_scale(qa.scale, read_as).contiguous(), md.ScaleLayout.ROW_MAJOR, qa.fmt
+        qa.data, md.layouts.read_scale(qa.scale, read_as).contiguous(), md.ScaleLayout.ROW_MAJOR, qa.fmt
     )
     assert torch.equal(call.output, reference.run(as_read).output)
 

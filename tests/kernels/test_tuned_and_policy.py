@@ -35,7 +35,7 @@ def test_csvs_agree_with_embedded_shapes(aiter_csv_dir):
 def test_the_pinned_aiter_merge_keeps_the_fastest_row_per_m_n_k(aiter_csv_dir):
     """amd-aiter 0.1.7's update_config_files deduplicates on its untuned CSV's columns (M, N, K): where a
     gfx950 row of a shape is faster than every gfx942/80 row of it, the gfx942 shape is gone."""
-    table = md.TunedTable.from_csv(aiter_csv_dir)
+    table = md.kernels.TunedTable.from_csv(aiter_csv_dir)
     lost = csv_keys(aiter_csv_dir) - table.shapes()
     assert lost == {("gfx942", 80, 2112, 7168), ("gfx942", 80, 2240, 7168), ("gfx942", 80, 4608, 7168)}
     assert table.shapes() <= csv_keys(aiter_csv_dir) and table.conflicts
@@ -43,7 +43,7 @@ def test_the_pinned_aiter_merge_keeps_the_fastest_row_per_m_n_k(aiter_csv_dir):
         assert (dropped.m, dropped.n, dropped.k) == (kept.m, kept.n, kept.k)
         assert dropped.us is None or kept.us <= dropped.us
     # one file alone is used as it is (aiter merges only several)
-    main = md.TunedTable.from_csv(aiter_csv_dir / "a8w8_blockscale_bpreshuffle_tuned_gemm.csv")
+    main = md.kernels.TunedTable.from_csv(aiter_csv_dir / "a8w8_blockscale_bpreshuffle_tuned_gemm.csv")
     assert main.conflicts == [] or all(a.source.split(":")[0] == b.source.split(":")[0] for a, b in main.conflicts)
 
 
@@ -122,26 +122,26 @@ def test_default_uses_an_installed_aiter_only_where_it_serves_the_process(aiter_
     configs.mkdir()
     shutil.copy(aiter_csv_dir / "a8w8_blockscale_bpreshuffle_tuned_gemm.csv", configs)
     _fake_installed_aiter(monkeypatch, configs, hip=None)
-    assert md.TunedTable.default({}).origin == md.kernels.TableSource.embedded()
-    assert md.TunedTable.default({}).source == "embedded shapes of aiter e4048607a535"
-    asked = md.TunedTable.from_installed_aiter()
+    assert md.kernels.TunedTable.default({}).origin == md.kernels.TableSource.embedded()
+    assert md.kernels.TunedTable.default({}).source == "embedded shapes of aiter e4048607a535"
+    asked = md.kernels.TunedTable.from_installed_aiter()
     assert asked.origin.origin is md.kernels.TableOrigin.INSTALLED_AITER
     assert (
         asked.source == f"installed aiter 0.1.7.post2.dev18: {configs / 'a8w8_blockscale_bpreshuffle_tuned_gemm.csv'}"
     )
     _fake_installed_aiter(monkeypatch, configs, hip="6.4.0")
-    assert md.TunedTable.default({}).source == asked.source
+    assert md.kernels.TunedTable.default({}).source == asked.source
     # the env var wins everywhere
-    env = md.TunedTable.default({TUNED_ENV_VAR: str(configs / "a8w8_blockscale_bpreshuffle_tuned_gemm.csv")})
+    env = md.kernels.TunedTable.default({TUNED_ENV_VAR: str(configs / "a8w8_blockscale_bpreshuffle_tuned_gemm.csv")})
     assert env.source.startswith(f"{TUNED_ENV_VAR}: ")
 
 
 def test_table_sources_round_trip_as_data(aiter_csv_dir):
-    for table in (md.TunedTable.embedded(), md.TunedTable.from_csv(aiter_csv_dir)):
+    for table in (md.kernels.TunedTable.embedded(), md.kernels.TunedTable.from_csv(aiter_csv_dir)):
         data = table.origin.to_dict()
         assert md.kernels.TableSource.from_dict(data) == table.origin
         assert data["origin"] in ("embedded", "files") and table.source == table.origin.describe()
-    assert md.TunedTable([], source="rows made in code").origin is None
+    assert md.kernels.TunedTable([], source="rows made in code").origin is None
 
 
 def test_directory_layout_like_aiter(aiter_csv_dir, tmp_path):
