@@ -2,14 +2,16 @@
 lazy imports count too), siblings in one layer do not import each other, and the heavy optional
 libraries stay out of module-level imports below viz so `import mla_debug` works on a bare GPU box.
 
-    numerics, implementations <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel
-    <- capture, analysis, profiling <- viz <- cli
+    real_aiter <- numerics, implementations <- layouts <- gpu <- kernels, normquant <- model <- scenarios
+    <- parallel <- capture, analysis, profiling <- viz <- cli
 
 `implementations` (the implementation-choice mechanism the kernels and the norm+quant backends share)
 imports nothing of the package, so it sits at the bottom beside numerics.
 
 gpu/ (everything that imports triton) is reached only through the kernels and norm+quant backends that
-launch it. The package's private helpers (`_checks`, `_files`, `_progress`, `_stdio`, `_version`) sit
+launch it. real_aiter/ (the loader of AMD's own aiter code) imports nothing of the library, so it sits at
+the bottom: the tuned tables, gpu/'s launches of aiter's Triton kernels and the tests build on it. The
+package's private helpers (`_checks`, `_files`, `_progress`, `_stdio`, `_version`) sit
 under everything, and the package root (`mla_debug/__init__.py`, the public surface) over everything;
 neither is a layer here.
 """
@@ -37,6 +39,7 @@ LAYERS: list[set[str]] = [
     {"gpu"},
     {"layouts"},
     {"numerics", "implementations"},
+    {"real_aiter"},
 ]
 PRIVATE = {"_checks", "_files", "_progress", "_stdio", "_version"}
 # Imported only inside functions below viz (so a CPU-only or headless install imports the package).

@@ -48,6 +48,9 @@ class Provenance:
     tuned_table: str  # TunedTable.source of the table the scenario's kernel choice consulted
     created: str  # ISO 8601, UTC
     host: str = field(default_factory=lambda: f"{_platform.system()} {_platform.machine()}")
+    # The same table's source as data (TableSource.to_dict(): origin embedded/files/env/installed-aiter,
+    # files, aiter version or commit); None in reports written before it was recorded.
+    tuned_table_source: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,6 +77,7 @@ def collect(bench, scen, factor: float) -> Provenance:
     from .._version import __version__
     from .noise import MIN_THRESHOLD
 
+    table = bench.tuned_table(scen)
     if bench.checkpoint_source is None:
         weights = WeightsSource("synthetic", seed=bench.seed)
     else:
@@ -91,6 +95,7 @@ def collect(bench, scen, factor: float) -> Provenance:
         device=bench.device.type,
         divergence_factor=float(factor),
         min_threshold=float(MIN_THRESHOLD),
-        tuned_table=bench.tuned_source(scen),
+        tuned_table=table.source,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        tuned_table_source=None if table.origin is None else table.origin.to_dict(),
     )

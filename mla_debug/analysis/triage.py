@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..kernels import TunedTable
 from ..model import Checkpoint, MLAConfig
 from ..model.preflight import check_layer_options
 from ..parallel import MLALayer, Patch, check_device
@@ -218,11 +219,15 @@ class Workbench:
         """Per linear, what `scen` decides about it (kernel configuration, model side); None without reuse."""
         return None if self.cache is None else self.cache.linear_keys(scen, tp)
 
+    def tuned_table(self, scen: Scenario) -> TunedTable:
+        """The tuned table `scen`'s kernel choice consults (its ``origin`` and ``source`` say where from)."""
+        if self.cache is not None:
+            return self.cache.tuned(scen)
+        return scen.policy(self.platform).tuned
+
     def tuned_source(self, scen: Scenario) -> str:
         """Where the tuned table that `scen`'s kernel choice consults came from (TunedTable.source)."""
-        if self.cache is not None:
-            return self.cache.tuned(scen).source
-        return scen.policy(self.platform).tuned.source
+        return self.tuned_table(scen).source
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -1,6 +1,6 @@
 """Block-scaled FP8 GEMM kernels behind one interface; platforms, tuned tables and kernel selection."""
 
-from . import aiter_emulated, aiter_native, cublas, reference, triton_kernels  # noqa: F401  (register the kernels)
+from . import aiter_emulated, aiter_native, aiter_triton, cublas, reference, triton_kernels  # noqa: F401  (register the kernels)
 from .base import (
     GEMM,
     KERNELS,
@@ -20,7 +20,7 @@ from .platforms import PLATFORMS, Platform, detect_platform, platform, platform_
 from .policy import KernelPolicy, parse_disabled
 from .prequantized import apply_pre_quantized_block_scaled_mm, wanted_scale_layout
 from .tuned import ENV_VAR as TUNED_ENV_VAR
-from .tuned import TunedRow, TunedTable, padded_m_candidates
+from .tuned import TableOrigin, TableSource, TunedRow, TunedTable, padded_m, padded_m_candidates
 
 __all__ = [
     "ACCUMULATIONS",
@@ -37,6 +37,8 @@ __all__ = [
     "KernelPolicy",
     "Platform",
     "SkippedKernel",
+    "TableOrigin",
+    "TableSource",
     "TunedRow",
     "TunedTable",
     "apply_pre_quantized_block_scaled_mm",
@@ -44,6 +46,7 @@ __all__ = [
     "get_kernel",
     "kernel_class",
     "kernel_names",
+    "padded_m",
     "padded_m_candidates",
     "parse_disabled",
     "platform",

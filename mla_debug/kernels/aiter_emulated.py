@@ -7,6 +7,10 @@
   as shuffled once and the activation scale as COL_MAJOR bytes (offset kb*M + m) whatever the tensor's
   strides claim - as CK and ASM do through raw pointers.
 
+Their callers quantize the input with aiter's HIP group quant (vLLM's ``group_fp8_quant`` ->
+``dynamic_per_group_scaled_quant_kernel``, with ``transpose_scale`` for the preshuffled GEMM), so the
+default flavor is ``"aiter-hip"``, byte-exact with that kernel (`numerics.flavors`).
+
 ``honour_layer_flags`` models vLLM PR #56433: a weight flagged ``skip_weight_relayout`` / ``is_bmm`` /
 ``_cpu_skip_gemm_dispatch`` is left plain and multiplied by the plain GEMM. With it off (PR #51692),
 such weights are shuffled under their direct readers.
@@ -33,7 +37,7 @@ SHUFFLE = (16, 16)
 class _AiterKernel(Kernel):
     """Shared capability checks of aiter kernels: ROCm platforms, the platform's fp8 format."""
 
-    def __init__(self, accumulation: Accumulation = "blockwise", flavor: str = "aiter") -> None:
+    def __init__(self, accumulation: Accumulation = "blockwise", flavor: str = "aiter-hip") -> None:
         super().__init__(flavor=flavor)
         self.accumulation = check_accumulation(accumulation)
 
@@ -82,7 +86,7 @@ class AiterBpreshuffleEmulated(_AiterKernel):
     act_scale_layout = ScaleLayout.COL_MAJOR
 
     def __init__(
-        self, accumulation: Accumulation = "blockwise", flavor: str = "aiter", honour_layer_flags: bool = True
+        self, accumulation: Accumulation = "blockwise", flavor: str = "aiter-hip", honour_layer_flags: bool = True
     ) -> None:
         super().__init__(accumulation=accumulation, flavor=flavor)
         self.honour_layer_flags = honour_layer_flags

@@ -2,7 +2,8 @@
 
 Elsewhere they report themselves unavailable with the reason. They keep the emulations' contracts
 (the same capability flags, the same load-time shuffle, the same recorded violations); only the
-GEMM itself runs in aiter. Activations are quantized in torch with the aiter flavor.
+GEMM itself runs in aiter. Activations are quantized in torch with the "aiter-hip" flavor, byte-exact
+with the HIP group quant vLLM calls before these GEMMs.
 aiter is a ROCm-only source install (github.com/ROCm/aiter); the unrelated PyPI package named
 ``aiter`` is detected and refused.
 """

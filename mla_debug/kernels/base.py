@@ -154,10 +154,15 @@ class Kernel(ABC):
         out = self.compute(linear, qa, contract)
         if lead:
             out = out.reshape(*lead, linear.n)
-        return GemmCall(out, self.name, qa, contract.scale, contract.weight, violations)
+        return GemmCall(out, self.name, qa, self.scale_layout_read(qa, contract), contract.weight, violations)
 
     def apply(self, linear: BlockScaledLinear, x: torch.Tensor | QuantizedActivation) -> torch.Tensor:
         return self.run(linear, x).output
+
+    def scale_layout_read(self, qa: QuantizedActivation, contract: Contract) -> ScaleLayout:
+        """The order in which this call reads `qa`'s scale bytes: the contract's fixed order for raw-pointer
+        readers; a kernel that follows the tensor's strides overrides this."""
+        return contract.scale
 
     def contract_violations(
         self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract | None = None
@@ -168,7 +173,12 @@ class Kernel(ABC):
             None
             if self.reads_declared_scale_layout
             else scale_order_violation(
-                self.name, f"{linear.name} input scale", qa.scale_layout, contract.scale, qa.m, qa.groups
+                self.name,
+                f"{linear.name} input scale",
+                qa.scale_layout,
+                self.scale_layout_read(qa, contract),
+                qa.m,
+                qa.groups,
             ),
             weight_read_violation(
                 self.name,

@@ -123,7 +123,9 @@ class TritonBlockscaleKernel(_TritonGemm, AiterBlockscaleEmulated):
     vllm_name = None
     stands_in_for = "aiter-blockscale"
 
-    def __init__(self, backend: str = "auto", accumulation: Accumulation = "blockwise", flavor: str = "aiter") -> None:
+    def __init__(
+        self, backend: str = "auto", accumulation: Accumulation = "blockwise", flavor: str = "aiter-hip"
+    ) -> None:
         super().__init__(accumulation=accumulation, flavor=flavor)
         self._set_backend(backend)
 
@@ -147,7 +149,7 @@ class TritonBpreshuffleKernel(_TritonGemm, AiterBpreshuffleEmulated):
         honour_layer_flags: bool = True,
         tuned_as: str = "mi355x",
         accumulation: Accumulation = "blockwise",
-        flavor: str = "aiter",
+        flavor: str = "aiter-hip",
     ) -> None:
         super().__init__(accumulation=accumulation, flavor=flavor, honour_layer_flags=honour_layer_flags)
         self._set_backend(backend)

@@ -1,70 +1,109 @@
 """aiter's bpreshuffle tuned-GEMM tables: which (gfx, cu_num, M, N, K) have a tuned kernel.
 
-Sources, in aiter's own order of precedence:
-1. the env var ``AITER_CONFIG_GEMM_A8W8_BLOCKSCALE_BPRESHUFFLE`` (``:``-separated CSV paths), read by
+Sources (`TableSource` names which one a table came from; every report prints it):
+1. files given by path (`TunedTable.from_csv`): CSV files or an aiter ``configs/`` folder;
+2. the env var ``AITER_CONFIG_GEMM_A8W8_BLOCKSCALE_BPRESHUFFLE`` (``:``-separated CSV paths), read by
    `TunedTable.from_env` exactly as aiter reads it;
-2. an installed aiter's ``configs/a8w8_blockscale_bpreshuffle_tuned_gemm.csv`` merged with every
-   ``configs/model_configs/*a8w8_blockscale_bpreshuffle_tuned_gemm*.csv`` (untuned files excluded);
-3. `TunedTable.embedded()`: the distinct (N, K) shapes per (gfx, cu_num) at aiter e4048607, without M.
+3. an installed aiter's ``configs/a8w8_blockscale_bpreshuffle_tuned_gemm.csv`` merged with every
+   ``configs/model_configs/*a8w8_blockscale_bpreshuffle_tuned_gemm*.csv`` (untuned files excluded):
+   `TunedTable.from_installed_aiter`;
+4. `TunedTable.embedded()`: the distinct (N, K) shapes per (gfx, cu_num) at aiter e4048607, without M.
 
-Merge rule: files are read in order and a later row with the same (gfx, cu_num, M, N, K) replaces an
-earlier one; every such replacement is kept in ``conflicts`` so a user can see it.
+`TunedTable.default()` is the env var when set, an installed aiter where aiter serves this process (ROCm
+torch with aiter installed), else the embedded shapes - so installing amd-aiter on a CPU machine (the
+cross-checks do) never changes which table a triage consults.
+
+Several files are merged as aiter merges them (`tuned_files`): the fastest row per (M, N, K) is kept and
+each dropped row is recorded in ``conflicts``. Duplicates inside one file are not deduplicated by aiter;
+there the later row wins (aiter's kernel lookup is built by overwriting earlier entries) and is recorded
+too. M lookups follow aiter's ``getPaddedM`` (`padded_m_candidates`).
 """
 
 from __future__ import annotations
 
-import csv
-import importlib.util
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .tuned_shapes import AITER_COMMIT, embedded_shapes
+from .tuned_files import AITER_DEDUP_KEYS, TunedRow, expand_paths, merge_files, read_csv
+from .tuned_shapes import embedded_shapes
+from .tuned_source import (
+    ENV_VAR,
+    TUNED_NAME,
+    TableOrigin,
+    TableSource,
+    aiter_serves_this_process,
+    installed_aiter,
+    installed_aiter_configs,
+)
 
 if TYPE_CHECKING:
     from .platforms import Platform
 
-ENV_VAR = "AITER_CONFIG_GEMM_A8W8_BLOCKSCALE_BPRESHUFFLE"
-TUNED_NAME = "a8w8_blockscale_bpreshuffle_tuned_gemm"
-REQUIRED_COLUMNS = ("cu_num", "M", "N", "K")
-# Tables written before aiter added the gfx column are keyed by cu_num alone; aiter infers the arch.
-_GFX_FROM_CU = {80: "gfx942", 304: "gfx942", 256: "gfx950"}
+__all__ = [
+    "ENV_VAR",
+    "TUNED_NAME",
+    "TableOrigin",
+    "TableSource",
+    "TunedRow",
+    "TunedTable",
+    "installed_aiter_configs",
+    "next_pow2",
+    "padded_m",
+    "padded_m_candidates",
+]
 
 
-@dataclass(frozen=True)
-class TunedRow:
-    gfx: str
-    cu_num: int
-    m: int | None
-    n: int
-    k: int
-    libtype: str = ""
-    kernel_name: str = ""
-    us: float | None = None
-    source: str = ""
+def next_pow2(m: int) -> int:
+    """aiter's ``nextPow2`` (csrc/py_itfs_cu/gemm_common.cu): 1 for m <= 1, else the smallest power of
+    two >= m."""
+    return 1 if m <= 1 else 1 << (m - 1).bit_length()
 
 
-def padded_m_candidates(m: int) -> list[int]:
-    """aiter's lookup order for M: exact, padded (16 up to 256, 32 up to 1024, 64 up to 4096, else
-    128), then the next power of two."""
-    step = 16 if m <= 256 else 32 if m <= 1024 else 64 if m <= 4096 else 128
-    padded = -(-m // step) * step
-    power = 1 << max(0, (m - 1).bit_length())
+def padded_m(m: int, n: int, granularity: int) -> int:
+    """aiter's ``getPaddedM(M, N, K, gl)`` (amd-aiter 0.1.7.post2.dev18, csrc/py_itfs_cu/gemm_common.cu).
+
+    gl 0 (fine): M rounded up to 16 up to 256, to 32 up to 1024, to 64 up to 4096, else to 128.
+    gl 1 (coarse): 8192 when M > 8192 and N > 4096 (the largest tuned M), else the next power of two.
+    """
+    if granularity == 0:
+        step = 16 if m <= 256 else 32 if m <= 1024 else 64 if m <= 4096 else 128
+        return -(-m // step) * step
+    if granularity == 1:
+        return 8192 if m > 8192 and n > 4096 else next_pow2(m)
+    return m
+
+
+def padded_m_candidates(m: int, n: int) -> list[int]:
+    """The M values aiter's bpreshuffle dispatch looks up for an (M, N, K) call, in order: exact M, then
+    ``getPaddedM(M, N, K, 0)``, then ``getPaddedM(M, N, K, 1)``
+    (csrc/ck_gemm_a8w8_blockscale_bpreshuffle/gemm_a8w8_blockscale_bpreshuffle.cu, ``blockscale_bpreshuffle_dispatch``)."""
     out: list[int] = []
-    for candidate in (m, padded, power):
+    for candidate in (m, padded_m(m, n, 0), padded_m(m, n, 1)):
         if candidate not in out:
             out.append(candidate)
     return out
 
 
 class TunedTable:
-    """Rows of aiter's bpreshuffle tuned tables, indexed by (gfx, cu_num, N, K) and then M."""
+    """Rows of aiter's bpreshuffle tuned tables, indexed by (gfx, cu_num, N, K) and then M.
 
-    def __init__(self, rows: Iterable[TunedRow], source: str, conflicts: list[tuple[TunedRow, TunedRow]] | None = None):
-        self.source = source
-        self.files: list[Path] = []
+    ``origin`` says where the rows came from (`TableSource`; None for rows built in code), ``source`` is its
+    one-line description,
+    ``files`` the CSV files read in merge order, ``conflicts`` every (dropped row, row kept instead).
+    """
+
+    def __init__(
+        self,
+        rows: Iterable[TunedRow],
+        source: str | TableSource,
+        conflicts: list[tuple[TunedRow, TunedRow]] | None = None,
+    ):
+        # A table built from rows in code has only a description (`origin` None).
+        self.origin: TableSource | None = source if isinstance(source, TableSource) else None
+        self.source: str = source.describe() if isinstance(source, TableSource) else str(source)
+        self.files: list[Path] = [Path(f) for f in source.files] if isinstance(source, TableSource) else []
         self.conflicts = list(conflicts or [])
         self._index: dict[tuple[str, int, int, int], dict[int | None, TunedRow]] = {}
         for row in rows:
@@ -75,16 +114,23 @@ class TunedTable:
 
     # -- constructors -----------------------------------------------------------------------------
     @classmethod
-    def from_csv(cls, paths: str | os.PathLike | Iterable[str | os.PathLike]) -> TunedTable:
-        """Read and merge CSV files; a directory stands for its tuned file plus model_configs/ files;
-        a string may hold several paths separated by ':' as aiter's env var does."""
-        files = _expand_paths(paths)
-        rows: list[TunedRow] = []
-        for path in files:
-            rows.extend(_read_csv(path))
-        table = cls(rows, source=_describe_files(files))
-        table.files = files
-        return table
+    def from_csv(
+        cls,
+        paths: str | os.PathLike | Iterable[str | os.PathLike],
+        dedup_keys: Sequence[str] = AITER_DEDUP_KEYS,
+        _origin: TableOrigin = TableOrigin.FILES,
+        _aiter_version: str | None = None,
+    ) -> TunedTable:
+        """Read CSV files and merge them as aiter does (`tuned_files`: the fastest row per `dedup_keys`).
+
+        A directory stands for its tuned file plus model_configs/ files; a string may hold several paths
+        separated by ':' as aiter's env var does. ``dedup_keys=()`` keeps every row (an aiter without
+        its untuned CSV); a later row of the same (gfx, cu_num, M, N, K) then replaces an earlier one.
+        """
+        files = expand_paths(paths)
+        rows, dropped = merge_files([read_csv(path) for path in files], dedup_keys)
+        source = TableSource(_origin, tuple(str(f) for f in files), aiter_version=_aiter_version)
+        return cls(rows, source, conflicts=dropped)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TunedTable:
@@ -92,32 +138,46 @@ class TunedTable:
         environ = os.environ if environ is None else environ
         value = environ.get(ENV_VAR, "").strip()
         if value:
-            return cls.from_csv(value)
-        configs = installed_aiter_configs()
-        if configs is None:
+            return cls.from_csv(value, _origin=TableOrigin.ENV)
+        return cls.from_installed_aiter()
+
+    @classmethod
+    def from_installed_aiter(cls) -> TunedTable:
+        """An installed aiter's own tables (its configs/ folder), merged as aiter merges them."""
+        found = installed_aiter()
+        if found is None:
             raise LookupError(
                 f"no tuned table: {ENV_VAR} is not set and no installed aiter with configs/ was found; "
                 "pass TunedTable.from_csv(path) or use TunedTable.embedded()"
             )
-        return cls.from_csv(configs)
+        return cls.from_csv(found.configs, _origin=TableOrigin.INSTALLED_AITER, _aiter_version=found.version)
 
     @classmethod
     def embedded(cls) -> TunedTable:
         """The distinct (N, K) shapes per (gfx, cu_num) at aiter e4048607; rows carry no M."""
+        source = TableSource.embedded()
         rows = [
-            TunedRow(gfx, cu, None, n, k, source=f"embedded aiter {AITER_COMMIT}")
+            TunedRow(gfx, cu, None, n, k, source=f"embedded aiter {source.aiter_commit}")
             for (gfx, cu), shapes in embedded_shapes().items()
             for n, k in sorted(shapes)
         ]
-        return cls(rows, source=f"embedded shapes of aiter {AITER_COMMIT}")
+        return cls(rows, source)
 
     @classmethod
     def default(cls, environ: Mapping[str, str] | None = None) -> TunedTable:
-        """`from_env()` when it finds a table, else `embedded()`."""
-        try:
+        """The env var's files when it is set; an installed aiter's tables where aiter serves this process
+        (a ROCm build of torch with aiter installed); else `embedded()`.
+
+        An amd-aiter installed on another machine (a CPU box running the cross-checks) is not picked: its
+        tables are an older release's and would change verdicts silently. Ask for them with
+        `from_installed_aiter()`.
+        """
+        environ = os.environ if environ is None else environ
+        if environ.get(ENV_VAR, "").strip():
             return cls.from_env(environ)
-        except LookupError:
-            return cls.embedded()
+        if aiter_serves_this_process():
+            return cls.from_installed_aiter()
+        return cls.embedded()
 
     # -- queries ----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -147,7 +207,7 @@ class TunedTable:
                 f"tuned table from {self.source} holds shapes without M; it answers has(platform, n, k) "
                 "but not M lookups - load the CSV files for that"
             )
-        for candidate in padded_m_candidates(m):
+        for candidate in padded_m_candidates(m, n):
             if candidate in by_m:
                 return by_m[candidate]
         return None
@@ -165,88 +225,3 @@ class TunedTable:
 
         plat = get_platform(platform)
         return (plat.arch, plat.cu_num, int(n), int(k))
-
-
-def installed_aiter_configs() -> Path | None:
-    """aiter's configs/ folder when AMD's aiter is installed (found without importing it)."""
-    try:
-        spec = importlib.util.find_spec("aiter")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        configs = Path(location) / "configs"
-        if (configs / f"{TUNED_NAME}.csv").is_file():
-            return configs
-    return None
-
-
-def _describe_files(files: list[Path]) -> str:
-    if len(files) == 1:
-        return str(files[0])
-    parent = Path(os.path.commonpath([str(f.parent) for f in files]))
-    return f"{len(files)} CSV files under {parent}"
-
-
-def _expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    if isinstance(paths, (str, os.PathLike)):
-        items = [p for p in str(paths).split(os.pathsep) if p]
-    else:
-        items = [str(p) for p in paths]
-    if not items:
-        raise ValueError("TunedTable.from_csv: no paths given")
-    files: list[Path] = []
-    for item in items:
-        path = Path(item).expanduser()
-        if path.is_dir():
-            main = path / f"{TUNED_NAME}.csv"
-            found = [main] if main.is_file() else []
-            for folder in (path, path / "model_configs"):
-                found += sorted(
-                    p
-                    for p in folder.glob(f"*{TUNED_NAME}*.csv")
-                    if p.is_file() and "untuned" not in p.name and p != main
-                )
-            if not found:
-                raise FileNotFoundError(f"TunedTable.from_csv: no *{TUNED_NAME}*.csv files in {path}")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"TunedTable.from_csv: {path} does not exist (from {ENV_VAR} or an argument)")
-    return files
-
-
-def _read_csv(path: Path) -> list[TunedRow]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        columns = [c.strip() for c in (reader.fieldnames or [])]
-        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
-        if missing:
-            raise ValueError(f"{path}: missing columns {missing}; found {columns}")
-        rows = []
-        for line, record in enumerate(reader, start=2):
-            record = {str(key).strip(): (value or "").strip() for key, value in record.items() if key is not None}
-            try:
-                cu_num = int(record["cu_num"])
-                gfx = record.get("gfx") or _GFX_FROM_CU.get(cu_num)
-                if not gfx:
-                    raise ValueError(f"no gfx column and cu_num {cu_num} does not name an architecture")
-                us = record.get("us")
-                rows.append(
-                    TunedRow(
-                        gfx=gfx,
-                        cu_num=cu_num,
-                        m=int(record["M"]),
-                        n=int(record["N"]),
-                        k=int(record["K"]),
-                        libtype=record.get("libtype", ""),
-                        kernel_name=record.get("kernelName", ""),
-                        us=float(us) if us else None,
-                        source=f"{path.name}:{line}",
-                    )
-                )
-            except ValueError as err:
-                raise ValueError(f"{path}:{line}: bad row ({err})") from None
-        return rows

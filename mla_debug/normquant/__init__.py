@@ -4,13 +4,15 @@
 `norm_then_quant` / `aiter_test_reference` round to bf16 first (two roundings);
 `norm_then_quant_for_v4` is DeepSeek-V4's pre-fusion path, which quantizes the bf16 qr twice.
 Backends: "torch" (reference), "triton" (`triton_fused`, with the unfused Triton baseline in
-`triton_unfused`), "aiter" (`aiter_backend`); neither Triton nor aiter is imported until used. They are
-registered in `NORM_QUANT_BACKENDS`, an `implementations.Registry` like the GEMM kernels' `KERNELS`.
+`triton_unfused`), "aiter" (`aiter_backend`: aiter itself on ROCm), "aiter-triton"
+(`aiter_triton_backend`: aiter's Triton op run off ROCm by the real-aiter loader); neither Triton nor
+aiter is imported until used. They are registered in `NORM_QUANT_BACKENDS`, an `implementations.Registry`
+like the GEMM kernels' `KERNELS`.
 """
 
 from __future__ import annotations
 
-from . import aiter_backend, triton_fused  # noqa: F401  (register the "aiter" and "triton" backends)
+from . import aiter_backend, aiter_triton_backend, triton_fused  # noqa: F401  (register "aiter", "aiter-triton", "triton")
 from ._inputs import MAX_WIDTH, NormQuantArgs, validate_inputs
 from .reference import (
     AUTO_ORDER,

@@ -1,29 +1,35 @@
-"""Backend "aiter": aiter's own ``fused_qk_rmsnorm_group_quant`` HIP kernel, on ROCm GPUs.
+"""Backend "aiter": aiter's own fused RMSNorm + group quant, on ROCm GPUs with ``import aiter`` working.
 
-aiter is imported on first use only. What this adapter relies on, read in ROCm/aiter's sources:
-aiter/ops/fused_qk_rmsnorm_group_quant.py (commit 582efef6afc4), re-exported by aiter/__init__.py as
-``aiter.fused_qk_rmsnorm_group_quant``; the argument checks of its C++ entry point; and its use in
-op_tests/test_fused_qk_rmsnorm_group_quant.py (commit 1fc2d27dd7a9):
+aiter is imported on first use only. Two forms of the op exist, and the adapter runs the one the
+installed aiter offers, naming it in the result's ``producer``:
 
-- signature ``fused_qk_rmsnorm_group_quant(q_out_quantized, q_out_scale, q, q_weight, q_epsilon,
-  q_out_unquantized=None, k_out=None, q_res_out=None, k=None, k_weight=None, k_epsilon=None,
-  q_residual=None, group_size=128, transpose_scale=False, gemma_norm=False) -> None``; ``gemma_norm``
-  only in newer releases (checked by signature here). The caller allocates every output.
-- q_out_quantized (M, n1) of ``aiter.dtypes.fp8`` (e4m3fnuz on gfx942, e4m3fn on gfx950); q_out_scale
-  fp32 (M, n1/group_size), with ``transpose_scale`` a contiguous buffer holding the transposed bytes
-  (aiter's test allocates ``torch.empty((G, M)).view(M, G)``); k_out and q_res_out needed with k and
-  q_residual.
-- q bf16/fp16 with last dim contiguous (row stride free); q_weight, k, k_weight, q_residual and every
-  output in q's dtype; n1, n2 <= 8192; the scale is amax / dtype max (our "aiter" flavor, except that
-  the HIP kernel's reciprocal is a hardware approximation - not bit-comparable, SEMANTICS 2).
+- ``aiter.fused_qk_rmsnorm_group_quant`` (HIP; newer aiter, re-exported by aiter/__init__.py from
+  aiter/ops/fused_qk_rmsnorm_group_quant.py, commit 582efef6afc4), preferred where present. Signature
+  ``(q_out_quantized, q_out_scale, q, q_weight, q_epsilon, q_out_unquantized=None, k_out=None,
+  q_res_out=None, k=None, k_weight=None, k_epsilon=None, q_residual=None, group_size=128,
+  transpose_scale=False, gemma_norm=False) -> None``; ``gemma_norm`` only in newer releases (checked by
+  signature here). The caller allocates every output: q_out_quantized (M, n1) of ``aiter.dtypes.fp8``,
+  q_out_scale fp32 (M, n1/group_size), with ``transpose_scale`` a contiguous buffer holding the transposed
+  bytes (aiter's test allocates ``torch.empty((G, M)).view(M, G)``); k_out and q_res_out with k and
+  q_residual; every tensor in q's dtype. Its quant recipe is taken to be the fused one (SEMANTICS 9:
+  amax floor 1e-10, amax / max); its HIP source is not in the pinned release, so that is not checked.
+- the Triton ``fused_rms_fp8_group_quant`` (aiter/ops/triton/fused_fp8_quant.py in the released
+  amd-aiter 0.1.7.post2.dev18, aiter/ops/triton/quant/fused_fp8_quant.py later), which the released
+  aiter has instead: it allocates its own outputs and returns ``((q, scale), q_unquantized, k, residual)``
+  with k in q's dtype, and quantizes with the "aiter-fused" flavor, byte for byte (tests/aiter_reference).
+
+Both take bf16/fp16 q (last dim contiguous, row stride free) and n1, n2 <= 8192. Off ROCm, the same
+Triton code runs through the real-aiter loader as backend "aiter-triton".
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -49,23 +55,55 @@ def aiter_unavailable_reason(device: torch.device) -> str | None:
     return op if isinstance(op, str) else None
 
 
+HIP_OP = "fused_qk_rmsnorm_group_quant"
+TRITON_OP = "fused_rms_fp8_group_quant"
+# Where the released and the later aiter keep the Triton op.
+TRITON_MODULES = ("aiter.ops.triton.fused_fp8_quant", "aiter.ops.triton.quant.fused_fp8_quant")
+
+
+@dataclass(frozen=True)
+class NativeOp:
+    """The form of aiter's fused op this process has: "hip" (caller allocates) or "triton" (allocates itself)."""
+
+    kind: str
+    fn: Callable
+    where: str
+
+    @property
+    def producer(self) -> str:
+        name = HIP_OP if self.kind == "hip" else TRITON_OP
+        return f"{OP} (aiter {'HIP' if self.kind == 'hip' else 'Triton'} {name})"
+
+
 @functools.lru_cache(maxsize=1)
-def _aiter_op() -> Callable | str:
-    """aiter's op, or the reason it cannot be had."""
+def _aiter_op() -> NativeOp | str:
+    """The op the installed aiter offers, or the reason none can be had."""
     try:
         import aiter
     except Exception as err:  # a broken ROCm install raises more than ImportError
         return f"aiter is not importable ({type(err).__name__}: {err})"
-    op = getattr(aiter, "fused_qk_rmsnorm_group_quant", None)
-    if op is None:
-        return f"this aiter ({getattr(aiter, '__file__', '?')}) has no fused_qk_rmsnorm_group_quant (an older release)"
-    return op
+    hip = getattr(aiter, HIP_OP, None)
+    if hip is not None:
+        return NativeOp("hip", hip, f"aiter.{HIP_OP}")
+    for module in TRITON_MODULES:
+        try:
+            triton_op = getattr(importlib.import_module(module), TRITON_OP, None)
+        except ImportError:
+            continue
+        if triton_op is not None:
+            return NativeOp("triton", triton_op, f"{module}.{TRITON_OP}")
+    return (
+        f"this aiter ({getattr(aiter, '__file__', '?')}) has neither {HIP_OP} nor the Triton {TRITON_OP} "
+        f"(looked in {', '.join(TRITON_MODULES)})"
+    )
 
 
-def _problem(args: NormQuantArgs, fp8: torch.dtype, accepts_gemma: bool) -> tuple[type[Exception], str] | None:
-    """What aiter's kernel refuses in this call (the error type a caller raises, and why), or None."""
-    if args.flavor.name != "aiter":
-        return ValueError, f"{OP}: flavor={args.flavor.name!r}: aiter's kernel implements only the 'aiter' flavor"
+def _problem(args: NormQuantArgs, fp8: torch.dtype, op: NativeOp) -> tuple[type[Exception], str] | None:
+    """What aiter's op refuses in this call (the error type a caller raises, and why), or None."""
+    if args.flavor.name not in ("aiter-fused", "aiter"):
+        return ValueError, (
+            f"{OP}: flavor={args.flavor.name!r}: aiter's fused op quantizes with its own recipe, flavor 'aiter-fused'"
+        )
     if args.fmt.dtype != fp8:
         return ValueError, (
             f"{OP}: fmt={args.fmt.name}: aiter's kernel writes this GPU's fp8 type {fp8} (aiter.dtypes.fp8) only"
@@ -80,39 +118,33 @@ def _problem(args: NormQuantArgs, fp8: torch.dtype, accepts_gemma: bool) -> tupl
     ):
         if t is not None and t.dtype != args.q.dtype:
             return TypeError, f"{OP}: {name}: {describe(t)}: aiter's kernel needs it in q's dtype {args.q.dtype}"
-    if args.gemma_norm and not accepts_gemma:
-        return ValueError, f"{OP}: gemma_norm=True: this aiter's fused_qk_rmsnorm_group_quant has no gemma_norm"
+    if args.gemma_norm:
+        accepts_gemma = op.kind == "hip" and "gemma_norm" in inspect.signature(op.fn).parameters
+        if not accepts_gemma:
+            return ValueError, f"{OP}: gemma_norm=True: this aiter's {op.where} has no gemma_norm"
     return None
 
 
-def _op_and_rules() -> tuple[Callable, torch.dtype, bool] | str:
-    """aiter's op, the fp8 dtype it writes and whether it takes gemma_norm; or why aiter cannot be had."""
+def _op_and_dtype() -> tuple[NativeOp, torch.dtype] | str:
+    """aiter's op and the fp8 dtype it writes; or why aiter cannot be had."""
     op = _aiter_op()
     if isinstance(op, str):
         return op
     import aiter
 
-    return op, aiter.dtypes.fp8, "gemma_norm" in inspect.signature(op).parameters
+    return op, aiter.dtypes.fp8
 
 
 def aiter_unsupported_reason(args: NormQuantArgs) -> str | None:
-    """Why aiter's kernel cannot take this call (or aiter cannot be had at all), or None when it can."""
-    found = _op_and_rules()
+    """Why aiter's op cannot take this call (or aiter cannot be had at all), or None when it can."""
+    found = _op_and_dtype()
     if isinstance(found, str):
         return found
-    problem = _problem(args, found[1], found[2])
+    problem = _problem(args, found[1], found[0])
     return None if problem is None else problem[1]
 
 
-def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
-    found = _op_and_rules()
-    if isinstance(found, str):
-        raise RuntimeError(f"{OP}: backend 'aiter': {found}")
-    op, fp8, accepts_gemma = found
-    problem = _problem(args, fp8, accepts_gemma)
-    if problem is not None:
-        error, reason = problem
-        raise error(reason)
+def _run_hip(op: NativeOp, args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     m, n1 = args.q.shape
     groups = n1 // args.group_size
     device, dtype = args.q.device, args.q.dtype
@@ -126,7 +158,7 @@ def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     res_out = None if args.residual is None else torch.empty((m, n1), dtype=dtype, device=device)
     extra = {"gemma_norm": True} if args.gemma_norm else {}
     if m > 0:
-        op(
+        op.fn(
             q_out,
             scale,
             args.q,
@@ -143,12 +175,40 @@ def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
             transposed,
             **extra,
         )
-    return NormQuantResult(
-        q_quant=args.quantized(q_out, scale, f"{OP} (aiter)"),  # flavor "aiter": checked above
-        k_normed=k_out,
-        q_unquantized=unq,
-        residual_sum=res_out,
+    return NormQuantResult(args.quantized(q_out, scale, op.producer), k_out, unq, res_out)
+
+
+def _run_triton(op: NativeOp, args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
+    (q_out, scale), unq, k_out, res_out = op.fn(
+        args.q,
+        args.q_weight,
+        args.q_eps,
+        args.k,
+        args.k_weight,
+        None if args.k is None else args.k_eps,
+        args.group_size,
+        args.fmt.dtype,
+        args.residual,
+        return_unquantized,
+        args.scale_layout is ScaleLayout.COL_MAJOR,
     )
+    return NormQuantResult(
+        args.quantized(q_out, scale, op.producer), k_out, unq if return_unquantized else None, res_out
+    )
+
+
+def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
+    found = _op_and_dtype()
+    if isinstance(found, str):
+        raise RuntimeError(f"{OP}: backend 'aiter': {found}")
+    op, fp8 = found
+    problem = _problem(args, fp8, op)
+    if problem is not None:
+        error, reason = problem
+        raise error(reason)
+    if op.kind == "hip":
+        return _run_hip(op, args, return_unquantized)
+    return _run_triton(op, args, return_unquantized)
 
 
 register_builtin_backend(
@@ -156,5 +216,8 @@ register_builtin_backend(
     _run,
     aiter_unavailable_reason,
     unsupported_reason=aiter_unsupported_reason,
-    description="aiter's fused_qk_rmsnorm_group_quant HIP kernel (ROCm GPUs)",
+    description=(
+        "aiter's fused op on ROCm GPUs: the HIP fused_qk_rmsnorm_group_quant, else the released Triton "
+        "fused_rms_fp8_group_quant"
+    ),
 )

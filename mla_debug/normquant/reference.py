@@ -8,10 +8,11 @@ fused_wqa_wkv since vLLM PR #53540.
 Backends are implementations in the sense of `mla_debug.implementations` (as the GEMM kernels are),
 held by the registry `NORM_QUANT_BACKENDS`, each saying which devices it serves and which calls it takes:
 ``"torch"`` (the reference below, every device), ``"triton"`` (`triton_fused.py`: CUDA GPUs, or the CPU
-under ``TRITON_INTERPRET=1``) and ``"aiter"`` (`aiter_backend.py`: ROCm GPUs with aiter importable).
-``"auto"`` picks the first of :data:`AUTO_ORDER` that serves q's device - never Triton's CPU interpreter.
-A backend module registers itself with `register_builtin_backend`; besides "auto"'s preference
-(`AUTO_ORDER`), nothing names it.
+under ``TRITON_INTERPRET=1``), ``"aiter"`` (`aiter_backend.py`: ROCm GPUs with aiter importable) and
+``"aiter-triton"`` (`aiter_triton_backend.py`: aiter's Triton op off ROCm, through the real-aiter loader).
+``"auto"`` picks the first of :data:`AUTO_ORDER` that serves q's device - never Triton's CPU interpreter,
+never "aiter-triton". A backend module registers itself with `register_builtin_backend`; besides "auto"'s
+preference (`AUTO_ORDER`), nothing names it.
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ def fused_qk_rmsnorm_group_quant(
     group_size: int = 128,
     transpose_scale: bool = False,
     fmt: Fp8Format | torch.dtype | str = "e4m3fn",
-    flavor: QuantFlavor | str = "aiter",
+    flavor: QuantFlavor | str = "aiter-fused",
     gemma_norm: bool = False,
     return_unquantized: bool = False,
     backend: str = "auto",
@@ -278,7 +279,8 @@ def fused_qk_rmsnorm_group_quant(
 
     Per row: ``s = q (+ residual)``, ``y = s * rsqrt(mean(s^2) + eps) * w`` (``* (1 + w)`` with
     gemma_norm), all in fp32 (rounding steps in `rmsnorm.py`); q is quantized from fp32 ``y`` with
-    `flavor`'s recipe, the scale written ROW_MAJOR, or COL_MAJOR ("view": transposed bytes in an
+    `flavor`'s recipe (default "aiter-fused", the quant step of aiter's own fused op, byte-exact with
+    it), the scale written ROW_MAJOR, or COL_MAJOR ("view": transposed bytes in an
     (M, G) buffer with strides (G, 1)) when `transpose_scale`. k is normalized to k's dtype; k_eps
     defaults to q_eps. Inputs may be row-strided views (torch.split). NaN and Inf flow through.
 
@@ -287,7 +289,8 @@ def fused_qk_rmsnorm_group_quant(
     in k's. Bad input raises ValueError/TypeError naming the argument, its shape and the rule.
 
     `backend`: "auto" (aiter on a ROCm GPU with aiter, Triton on a CUDA GPU, else torch), or one of
-    `available_backends(q.device)`; every backend gives the torch reference's bits (aiter: its own).
+    `available_backends(q.device)`; "torch" and "triton" give the same bits; "aiter" and "aiter-triton"
+    run aiter's own code, whose fp32 sum of squares can move q and its scale by an ulp (aiter_triton_backend).
 
     Returns ``NormQuantResult(q_quant, k_normed, q_unquantized, residual_sum)``.
 

@@ -128,6 +128,9 @@ def aiter_test_reference(
     comparison can say which reference it used. aiter compares the fused kernel to it with
     rtol = atol = 0.05 on dequantized values - loose enough to hide the double rounding it contains;
     here it is compared exactly, with the differences to the single-rounding reference located.
+    The norm structure is what this models; the quant step is `flavor`'s. aiter's test itself
+    (op_tests/test_fused_qk_rmsnorm_group_quant.py at 1fc2d27dd7a9, ``_per_token_group_fp8_quant_ref``)
+    floors amax at 1e-10 and computes ``clamp(x / scale)``, a recipe none of aiter's kernels uses.
     """
     return _norm_round_quant(
         "aiter_test_reference",

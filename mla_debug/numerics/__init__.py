@@ -1,6 +1,17 @@
 """FP8 formats, quantization flavors, group/block quantization math and error metrics."""
 
-from .flavors import AITER, DEEPSEEK, FLAVORS, VLLM, QuantFlavor, quant_flavor
+from .flavors import (
+    AITER,
+    AITER_FUSED,
+    AITER_HIP,
+    AITER_TORCH,
+    AITER_TRITON,
+    DEEPSEEK,
+    FLAVORS,
+    VLLM,
+    QuantFlavor,
+    quant_flavor,
+)
 from .formats import E4M3FN, E4M3FNUZ, FORMATS, Fp8Format, e4m3fn_to_e4m3fnuz, format_of, fp8_format
 from .metrics import (
     cosine,
@@ -24,6 +35,10 @@ from .quantize import (
 
 __all__ = [
     "AITER",
+    "AITER_FUSED",
+    "AITER_HIP",
+    "AITER_TORCH",
+    "AITER_TRITON",
     "DEEPSEEK",
     "E4M3FN",
     "E4M3FNUZ",

@@ -4,10 +4,12 @@ These functions return plain tensors: fp8 values and the LOGICAL fp32 scale (one
 block). How the scale is laid out in memory for a kernel is a layout question, answered in
 ``mla_debug.layouts``.
 
-Recipe (SEMANTICS 2): ``amax = max(max|x|, floor)`` in fp32, ``scale = amax / fmt_max``
-(optionally rounded up to a power of two, ue8m0), ``q = cast_rne(x * (1/scale))`` or ``x / scale``,
-clamped to +-fmt_max first when the flavor clamps. NaN and Inf inputs flow through (a group holding an
-Inf gets an infinite scale and NaN/0 values); they never raise.
+Recipe (SEMANTICS 2): ``amax = max(max|x|, floor)`` in fp32 (no floor where the flavor has none),
+``scale = amax / fmt_max`` (or ``amax * fp32(1/fmt_max)``, by the flavor's scale rule; an all-zero group's
+scale replaced where the flavor says so; optionally rounded up to a power of two, ue8m0),
+``q = cast_rne(x * (1/scale))`` or ``x / scale``, clamped to +-fmt_max first when the flavor clamps.
+NaN and Inf inputs flow through (a group holding an Inf gets an infinite scale and NaN/0 values); they
+never raise. Which aiter function each flavor reproduces is in `flavors`.
 """
 
 from __future__ import annotations
@@ -44,11 +46,26 @@ def _tie_rounds_up(fmt: Fp8Format) -> bool:
 
 
 def ceil_pow2(scale: torch.Tensor) -> torch.Tensor:
-    """Round positive scales up to a power of two exactly (ue8m0); NaN and Inf pass through."""
+    """Round positive scales up to a power of two exactly (ue8m0); zero (a flavor without an amax floor),
+    NaN and Inf pass through."""
     mantissa, exponent = torch.frexp(scale)
     exponent = exponent - (mantissa == 0.5).to(exponent.dtype)
     rounded = torch.ldexp(torch.ones_like(scale), exponent)
-    return torch.where(torch.isfinite(scale), rounded, scale)
+    return torch.where(torch.isfinite(scale) & (scale > 0), rounded, scale)
+
+
+def _scale(amax: torch.Tensor, fmt_max: float, flavor: QuantFlavor) -> torch.Tensor:
+    """The fp32 scale of each (floored) amax under the flavor's scale rule."""
+    if flavor.scale_rule == "times_inverse_max":
+        # `const float inverted_DTYPE_MAX = 1. / float(max)`: the quotient in double, rounded to fp32 once
+        return amax * torch.tensor(1.0 / fmt_max, dtype=torch.float32, device=amax.device)
+    if flavor.scale_rule == "torch_scalar_divide":
+        # Literally what aiter's torch reference writes, so each device rounds it as it does there.
+        return amax / fmt_max
+    # Divide by a full tensor, not a Python scalar: CUDA torch turns `t / scalar` into `t * (1/scalar)`,
+    # which is not the correctly rounded quotient (the CPU divides exactly), so scales would differ by
+    # an ulp between devices.
+    return amax / torch.full_like(amax, fmt_max)
 
 
 def _scaled_cast(
@@ -61,11 +78,15 @@ def _scaled_cast(
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Quantize a float32 view whose `reduce_dims` span one group/block. Returns (q, scale, overflows)."""
     fmt_max = flavor.fmt_max(fmt)
-    amax = view.abs().amax(dim=reduce_dims, keepdim=True).clamp_min(floor)
-    # Divide by a full tensor, not a Python scalar: CUDA torch turns `t / scalar` into `t * (1/scalar)`,
-    # which is not the correctly rounded quotient (the CPU divides exactly), so scales would differ by
-    # an ulp between devices.
-    scale = amax / torch.full_like(amax, fmt_max)
+    magnitude = view.abs()
+    if flavor.amax_ignores_nan:
+        magnitude = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude)
+    amax = magnitude.amax(dim=reduce_dims, keepdim=True)
+    if floor > 0:
+        amax = amax.clamp_min(floor)
+    scale = _scale(amax, fmt_max, flavor)
+    if flavor.zero_scale is not None:
+        scale = torch.where(scale == 0, torch.full_like(scale, flavor.zero_scale), scale)
     if ue8m0:
         scale = ceil_pow2(scale)
     if flavor.quotient == "div":
@@ -138,6 +159,11 @@ def block_quantize(
     if w.dim() != 2:
         raise ValueError(f"{name}: {describe(w)} must be 2-D (N, K) for block quantization")
     fmt, flavor = fp8_format(fmt), quant_flavor(flavor)
+    if not flavor.block_quantizer:
+        raise ValueError(
+            f"{name}: flavor {flavor.name!r} is aiter's 1x128 activation quantizer ({flavor.models}); aiter has "
+            "no 128x128 block quantizer - use 'aiter' (that recipe applied per block), 'vllm' or 'deepseek'"
+        )
     bn, bk = block
     if bn <= 0 or bk <= 0:
         raise ValueError(f"{name}: block {block} must be positive")

@@ -199,7 +199,12 @@ def test_provenance_names_weights_inputs_yardsticks_and_software(buggy, tmp_path
     assert (p.divergence_factor, p.min_threshold) == (A.DIVERGENCE_FACTOR, A.MIN_THRESHOLD)
     assert p.mla_debug_version == md.__version__ and p.torch_version == torch.__version__
     assert p.tuned_table == md.kernels.TunedTable.default().source
+    assert p.tuned_table_source == md.kernels.TunedTable.default().origin.to_dict()
+    assert f"tuned table: {p.tuned_table}" in p.line()
     assert "synthetic, seed 0" in p.line()
+    saved = tmp_path / "triage.json"
+    buggy.to_json(saved)
+    assert md.load_triage(saved).provenance.tuned_table_source == p.tuned_table_source
 
     folder = md.Checkpoint.synthetic(KV512, seed=3).save(tmp_path / "ckpt")
     from_disk = A.triage(

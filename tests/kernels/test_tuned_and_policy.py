@@ -6,6 +6,7 @@ import csv
 import shutil
 
 import pytest
+import torch
 
 import mla_debug as md
 from mla_debug.kernels import TUNED_ENV_VAR, padded_m_candidates
@@ -23,10 +24,27 @@ def csv_keys(folder) -> set[tuple[str, int, int, int]]:
 
 
 def test_csvs_agree_with_embedded_shapes(aiter_csv_dir):
-    table = md.kernels.TunedTable.from_csv(aiter_csv_dir)
+    # Deduplicated with gfx and cu_num in the key (newer aiter), every shape of the CSVs survives the
+    # merge: those are the embedded facts.
+    table = md.kernels.TunedTable.from_csv(aiter_csv_dir, dedup_keys=("M", "N", "K", "cu_num", "gfx"))
     assert table.shapes() == csv_keys(aiter_csv_dir)
     assert table.shapes() == md.kernels.TunedTable.embedded().shapes()
     assert table.has_m and not md.kernels.TunedTable.embedded().has_m
+
+
+def test_the_pinned_aiter_merge_keeps_the_fastest_row_per_m_n_k(aiter_csv_dir):
+    """amd-aiter 0.1.7's update_config_files deduplicates on its untuned CSV's columns (M, N, K): where a
+    gfx950 row of a shape is faster than every gfx942/80 row of it, the gfx942 shape is gone."""
+    table = md.kernels.TunedTable.from_csv(aiter_csv_dir)
+    lost = csv_keys(aiter_csv_dir) - table.shapes()
+    assert lost == {("gfx942", 80, 2112, 7168), ("gfx942", 80, 2240, 7168), ("gfx942", 80, 4608, 7168)}
+    assert table.shapes() <= csv_keys(aiter_csv_dir) and table.conflicts
+    for dropped, kept in table.conflicts:
+        assert (dropped.m, dropped.n, dropped.k) == (kept.m, kept.n, kept.k)
+        assert dropped.us is None or kept.us <= dropped.us
+    # one file alone is used as it is (aiter merges only several)
+    main = md.kernels.TunedTable.from_csv(aiter_csv_dir / "a8w8_blockscale_bpreshuffle_tuned_gemm.csv")
+    assert main.conflicts == [] or all(a.source.split(":")[0] == b.source.split(":")[0] for a, b in main.conflicts)
 
 
 def test_embedded_shapes_per_card():
@@ -57,9 +75,19 @@ def test_env_var_and_merge_order(aiter_csv_dir, tmp_path):
     table = md.kernels.TunedTable.from_env({TUNED_ENV_VAR: f"{main}:{override}"})
     m, n, k = int(first["M"]), int(first["N"]), int(first["K"])
     row = table.lookup(md.platform("mi355x"), m, n, k)
-    assert row.kernel_name == "my_kernel" and row.source == "mine.csv:2"  # the later file wins
+    assert row.kernel_name == "my_kernel" and row.source == "mine.csv:2"  # the faster row wins (1 us)
     assert len(table.conflicts) == 1 and table.conflicts[0][1] is row
+    assert table.conflicts[0][0].source == "a8w8_blockscale_bpreshuffle_tuned_gemm.csv:2"
     assert table.has("mi355x", 48, 1024) and not md.kernels.TunedTable.embedded().has("mi355x", 48, 1024)
+    assert table.origin.origin is md.kernels.TableOrigin.ENV and table.source.startswith(TUNED_ENV_VAR)
+    # a later but slower row loses, whatever the file order
+    with open(override, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerow({**first, "kernelName": "slow_kernel", "us": "1e6"})
+    table = md.kernels.TunedTable.from_csv([main, override])
+    assert table.lookup("mi355x", m, n, k).kernel_name == first["kernelName"]
+    assert table.conflicts[0][0].kernel_name == "slow_kernel"
 
 
 def test_env_var_errors_and_fallback(tmp_path):
@@ -78,6 +106,44 @@ def test_env_var_errors_and_fallback(tmp_path):
         assert md.kernels.TunedTable.default({}).source.startswith("embedded")
 
 
+def _fake_installed_aiter(monkeypatch, configs, hip: str | None):
+    from mla_debug.kernels import tuned, tuned_source
+
+    found = tuned_source.InstalledAiter(configs, "0.1.7.post2.dev18")
+    monkeypatch.setattr(tuned_source, "installed_aiter", lambda: found)
+    monkeypatch.setattr(tuned, "installed_aiter", lambda: found)
+    monkeypatch.setattr(torch.version, "hip", hip)
+
+
+def test_default_uses_an_installed_aiter_only_where_it_serves_the_process(aiter_csv_dir, tmp_path, monkeypatch):
+    """Installing amd-aiter on a CPU box (the cross-checks do) must not move a verdict: its older tables
+    are used by default only on ROCm, and otherwise when asked for."""
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    shutil.copy(aiter_csv_dir / "a8w8_blockscale_bpreshuffle_tuned_gemm.csv", configs)
+    _fake_installed_aiter(monkeypatch, configs, hip=None)
+    assert md.kernels.TunedTable.default({}).origin == md.kernels.TableSource.embedded()
+    assert md.kernels.TunedTable.default({}).source == "embedded shapes of aiter e4048607a535"
+    asked = md.kernels.TunedTable.from_installed_aiter()
+    assert asked.origin.origin is md.kernels.TableOrigin.INSTALLED_AITER
+    assert (
+        asked.source == f"installed aiter 0.1.7.post2.dev18: {configs / 'a8w8_blockscale_bpreshuffle_tuned_gemm.csv'}"
+    )
+    _fake_installed_aiter(monkeypatch, configs, hip="6.4.0")
+    assert md.kernels.TunedTable.default({}).source == asked.source
+    # the env var wins everywhere
+    env = md.kernels.TunedTable.default({TUNED_ENV_VAR: str(configs / "a8w8_blockscale_bpreshuffle_tuned_gemm.csv")})
+    assert env.source.startswith(f"{TUNED_ENV_VAR}: ")
+
+
+def test_table_sources_round_trip_as_data(aiter_csv_dir):
+    for table in (md.kernels.TunedTable.embedded(), md.kernels.TunedTable.from_csv(aiter_csv_dir)):
+        data = table.origin.to_dict()
+        assert md.kernels.TableSource.from_dict(data) == table.origin
+        assert data["origin"] in ("embedded", "files") and table.source == table.origin.describe()
+    assert md.kernels.TunedTable([], source="rows made in code").origin is None
+
+
 def test_directory_layout_like_aiter(aiter_csv_dir, tmp_path):
     """configs/<main>.csv plus configs/model_configs/*.csv, untuned files ignored."""
     configs = tmp_path / "configs"
@@ -94,19 +160,24 @@ def test_directory_layout_like_aiter(aiter_csv_dir, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "m,expected",
+    "m,n,expected",
     [
-        (1, [1, 16]),
-        (17, [17, 32]),
-        (200, [200, 208, 256]),
-        (300, [300, 320, 512]),
-        (1025, [1025, 1088, 2048]),
-        (5000, [5000, 5120, 8192]),
-        (4096, [4096]),
+        (1, 7168, [1, 16]),
+        (17, 7168, [17, 32]),
+        (200, 7168, [200, 208, 256]),
+        (300, 7168, [300, 320, 512]),
+        (1025, 7168, [1025, 1088, 2048]),
+        (5000, 7168, [5000, 5120, 8192]),
+        (4096, 7168, [4096]),
+        # getPaddedM(gl=1) caps M at 8192 when M > 8192 and N > 4096, else the next power of two
+        (9000, 7168, [9000, 9088, 8192]),
+        (9000, 4096, [9000, 9088, 16384]),
+        (8192, 7168, [8192]),
+        (16385, 4097, [16385, 16512, 8192]),
     ],
 )
-def test_m_padding_order(m, expected):
-    assert padded_m_candidates(m) == expected
+def test_m_padding_order(m, n, expected):
+    assert padded_m_candidates(m, n) == expected
 
 
 def test_lookup_uses_padded_m(aiter_csv_dir):

@@ -23,6 +23,9 @@ FN = torch.float8_e4m3fn
 FNUZ = torch.float8_e4m3fnuz
 FP8_NAME = {FN: "e4m3fn", FNUZ: "e4m3fnuz"}
 FLAVORS = ("aiter", "vllm", "deepseek")
+# aiter's own 1x128 quantizers that the Triton kernels implement too (aiter-torch's device-dependent
+# division they refuse); written from aiter's sources, amd-aiter 0.1.7.post2.dev18.
+AITER_FLAVORS = ("aiter-hip", "aiter-triton", "aiter-fused")
 
 # SEMANTICS 1: exponent bias and largest finite value of each element format.
 _BIAS = {FN: 7, FNUZ: 8}
@@ -37,10 +40,30 @@ _FLAVOR_MAX = {
     ("vllm", FNUZ): 224.0,
     ("deepseek", FN): 448.0,
     ("deepseek", FNUZ): 448.0,
+    **{(name, dtype): _FORMAT_MAX[dtype] for name in AITER_FLAVORS for dtype in (FN, FNUZ)},
 }
-_GROUP_FLOOR = {"aiter": 1e-10, "vllm": 1e-10, "deepseek": 1e-4}
-_DIVIDES = {"aiter": False, "vllm": True, "deepseek": False}
-_CLAMPS = {"aiter": True, "vllm": True, "deepseek": False}
+# quant_kernels.cu (hip): absMax starts at 1e-10f; the Triton per-token quant has no floor; the fused
+# _fp8_quant_op floors at 1e-10.
+_GROUP_FLOOR = {
+    "aiter": 1e-10,
+    "vllm": 1e-10,
+    "deepseek": 1e-4,
+    "aiter-hip": 1e-10,
+    "aiter-triton": 0.0,
+    "aiter-fused": 1e-10,
+}
+_DIVIDES = {"aiter": False, "vllm": True, "deepseek": False, **{name: False for name in AITER_FLAVORS}}
+_CLAMPS = {
+    "aiter": True,
+    "vllm": True,
+    "deepseek": False,
+    "aiter-hip": True,
+    "aiter-triton": False,
+    "aiter-fused": True,
+}
+# hip: scale = absMax * (float)(1.0 / max), and fmaxf keeps NaN out of absMax
+_TIMES_INVERSE_MAX = {"aiter-hip"}
+_AMAX_IGNORES_NAN = {"aiter-hip"}
 
 
 def flavor_max(flavor: str, dtype: torch.dtype) -> float:
@@ -187,12 +210,15 @@ def quant_rows(
         for g in range(g_count):
             part = y[i, g * group : (g + 1) * group].to(torch.float64)
             magnitudes = part.abs()
+            if flavor in _AMAX_IGNORES_NAN:
+                magnitudes = torch.where(torch.isnan(magnitudes), torch.zeros_like(magnitudes), magnitudes)
             amax = math.nan if bool(torch.isnan(magnitudes).any()) else max(float(magnitudes.max()), floor32)
-            scale = f32s(amax / fmax)
+            scale = f32s(amax * f32s(1.0 / fmax)) if flavor in _TIMES_INVERSE_MAX else f32s(amax / fmax)
             if _DIVIDES[flavor]:
                 t = f32(part / scale)
             else:
-                t = f32(part * f32s(1.0 / scale))
+                # 1/0 is +inf in IEEE arithmetic (aiter-triton's all-zero groups); Python's float raises
+                t = f32(part * f32s(1.0 / scale if scale else math.inf))
             if _CLAMPS[flavor]:
                 t = t.clamp(-fmax, fmax)
             scales[i, g] = scale

@@ -290,16 +290,62 @@ def test_aiter_adapter_refuses_what_aiters_kernel_cannot_do(monkeypatch, fake_ro
         return validate_inputs(OP, *kwargs.values())
 
     bad = [
-        (dict(flavor="vllm"), ValueError, "flavor='vllm': aiter's kernel implements only the 'aiter' flavor"),
+        (
+            dict(flavor="vllm"),
+            ValueError,
+            "flavor='vllm': aiter's fused op quantizes with its own recipe, flavor 'aiter-fused'",
+        ),
         (dict(fmt="e4m3fn"), ValueError, "fmt=e4m3fn: aiter's kernel writes this GPU's fp8 type"),
         (dict(q_weight=case.q_weight.float()), TypeError, "q_weight: shape (128,), dtype torch.float32"),
         (dict(q=case.q.float(), q_weight=case.q_weight.float()), TypeError, "q: shape (2, 128), dtype torch.float32"),
-        (dict(gemma_norm=True), ValueError, "gemma_norm=True: this aiter's fused_qk_rmsnorm_group_quant has no"),
+        (dict(gemma_norm=True), ValueError, "gemma_norm=True: this aiter's aiter.fused_qk_rmsnorm_group_quant has no"),
     ]
     for changes, error, fragment in bad:
         with pytest.raises(error) as caught:
             aiter_backend._run(args(**changes), False)
         assert str(caught.value).startswith(f"{OP}: ") and fragment in str(caught.value), str(caught.value)
+
+
+def test_aiter_adapter_runs_the_released_triton_op_where_aiter_has_no_hip_one(monkeypatch, fake_rocm):
+    """The released aiter has only the Triton fused_rms_fp8_group_quant (its own outputs, k in q's dtype);
+    the adapter calls it in aiter's argument order and says which op ran."""
+    calls = []
+
+    def triton_op(inp1, inp1_weight, inp1_epsilon, inp2=None, inp2_weight=None, inp2_epsilon=None, group_size=128,
+                  dtype_quant=None, res1=None, output_unquantized_inp1=False, transpose_scale=False):  # fmt: skip
+        calls.append(dict(eps2=inp2_epsilon, dtype=dtype_quant, unq=output_unquantized_inp1, transpose=transpose_scale))
+        ref = FUSED(inp1, inp1_weight, inp1_epsilon, inp2, inp2_weight, inp2_epsilon, res1, group_size,
+                    transpose_scale, dtype_quant, "aiter-fused", return_unquantized=True, backend="torch")  # fmt: skip
+        unq = ref.q_unquantized if output_unquantized_inp1 else None
+        return (ref.q_quant.data, ref.q_quant.scale), unq, ref.k_normed, ref.residual_sum
+
+    module = types.ModuleType("aiter")
+    module.__spec__ = importlib.machinery.ModuleSpec("aiter", None)
+    module.dtypes = types.SimpleNamespace(fp8=torch.float8_e4m3fn)
+    triton_module = types.ModuleType("aiter.ops.triton.fused_fp8_quant")
+    triton_module.fused_rms_fp8_group_quant = triton_op
+    monkeypatch.setitem(sys.modules, "aiter", module)
+    monkeypatch.setitem(sys.modules, "aiter.ops.triton.fused_fp8_quant", triton_module)
+    aiter_backend._aiter_installed.cache_clear()
+    aiter_backend._aiter_op.cache_clear()
+    case = make_case(m=3, n1=256, n2=64, seed=4, residual=True)
+
+    def args(gemma: bool = False):
+        return validate_inputs(
+            OP, case.q, case.q_weight, 1e-6, case.k, case.k_weight, None, case.residual, 128, True,
+            "e4m3fn", "aiter-fused", gemma,
+        )  # fmt: skip
+
+    result = aiter_backend._run(args(), True)
+    assert result.q_quant.producer == f"{OP} (aiter Triton fused_rms_fp8_group_quant)"
+    assert calls == [dict(eps2=1e-6, dtype=torch.float8_e4m3fn, unq=True, transpose=True)]
+    ref = FUSED(**case.kwargs(transpose_scale=True, return_unquantized=True), backend="torch")
+    assert torch.equal(result.q_quant.data.view(torch.uint8), ref.q_quant.data.view(torch.uint8))
+    assert result.q_quant.scale_layout is ScaleLayout.COL_MAJOR and result.q_quant.flavor == "aiter-fused"
+    with pytest.raises(
+        ValueError, match="this aiter's aiter.ops.triton.fused_fp8_quant.fused_rms_fp8_group_quant has no gemma"
+    ):
+        aiter_backend._run(args(gemma=True), False)
 
 
 # --- bad inputs through the new entry points ----------------------------------------------------------

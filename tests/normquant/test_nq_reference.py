@@ -8,7 +8,16 @@ import math
 import pytest
 import torch
 from nq_cases import activations, check_against_oracle, make_case, norm_weight
-from nq_oracle import FLAVORS, FN, FNUZ, assert_bits_equal, assert_fp8_equal, fused_reference, is_nan_byte
+from nq_oracle import (
+    AITER_FLAVORS,
+    FLAVORS,
+    FN,
+    FNUZ,
+    assert_bits_equal,
+    assert_fp8_equal,
+    fused_reference,
+    is_nan_byte,
+)
 
 import mla_debug as md
 from mla_debug.layouts import ScaleLayout
@@ -26,7 +35,7 @@ from mla_debug.normquant.rmsnorm import nearest_root, sqrt_rn
 PRODUCER = "fused_qk_rmsnorm_group_quant"
 FUSED = fused_qk_rmsnorm_group_quant
 
-RECIPES = list(itertools.product(FLAVORS, (FN, FNUZ), (False, True)))
+RECIPES = list(itertools.product(FLAVORS + AITER_FLAVORS, (FN, FNUZ), (False, True)))
 RECIPE_IDS = [f"{f}-{'fn' if d == FN else 'fnuz'}-{'col' if t else 'row'}" for f, d, t in RECIPES]
 
 

@@ -40,7 +40,7 @@ from nq_cases import (  # noqa: E402
     make_case,
     norm_weight,
 )
-from nq_oracle import FLAVORS, FN, FNUZ, assert_bits_equal, conversion_probe_values, fused_reference  # noqa: E402
+from nq_oracle import AITER_FLAVORS, FLAVORS, FN, FNUZ, assert_bits_equal, conversion_probe_values, fused_reference  # noqa: E402
 
 from mla_debug.gpu.normquant import support  # noqa: E402
 from mla_debug.layouts import ScaleLayout  # noqa: E402
@@ -93,6 +93,22 @@ def test_fused_matches_oracle_and_torch(flavor, fmt, transpose):
     check_against_oracle(TRITON, case, transpose, producer="fused_qk_rmsnorm_group_quant")
     kwargs = case.kwargs(transpose_scale=transpose, return_unquantized=True)
     assert_same_result(*both(TRITON, functools.partial(fused_qk_rmsnorm_group_quant, backend="torch"), **kwargs))
+
+
+@pytest.mark.parametrize("flavor", AITER_FLAVORS)
+@pytest.mark.parametrize("fmt", [FN, FNUZ], ids=["fn", "fnuz"])
+def test_aiter_flavors_match_oracle_and_torch(flavor, fmt):
+    # zero rows (activations() makes some) give aiter-triton its scale-0 / NaN groups
+    case = make_case(m=4, n1=256, n2=64, seed=12, fmt=fmt, flavor=flavor)
+    check_against_oracle(TRITON, case, transpose_scale=True)
+    kwargs = case.kwargs(transpose_scale=False, return_unquantized=True)
+    assert_same_result(*both(TRITON, functools.partial(fused_qk_rmsnorm_group_quant, backend="torch"), **kwargs))
+
+
+def test_aiter_torch_flavor_is_refused_with_the_reason():
+    case = make_case(m=2, n1=128, n2=None, seed=1, flavor="aiter-torch")
+    with pytest.raises(ValueError, match="flavor 'aiter-torch' divides by a Python float.*backend='torch'"):
+        TRITON(**case.kwargs())
 
 
 OPTION_CASES = {

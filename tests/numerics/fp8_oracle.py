@@ -17,26 +17,45 @@ import torch
 FN = torch.float8_e4m3fn
 FNUZ = torch.float8_e4m3fnuz
 DTYPES = (FN, FNUZ)
-FLAVOR_NAMES = ("aiter", "vllm", "deepseek")
+# Block quantizers exist for these; the aiter-* flavors are aiter's 1x128 activation quantizers only.
+BLOCK_FLAVOR_NAMES = ("aiter", "vllm", "deepseek")
+FLAVOR_NAMES = (*BLOCK_FLAVOR_NAMES, "aiter-hip", "aiter-triton", "aiter-fused", "aiter-torch")
 
 _BIAS = {FN: 7, FNUZ: 8}
 # The largest finite byte of each format and its value (from the bit fields: 0x7E = 1.110b * 2^8,
 # 0x7F = 1.111b * 2^7).
 _MAX_BYTE = {FN: 0x7E, FNUZ: 0x7F}
 
-# Per-flavor recipe constants, transcribed from SEMANTICS 2 and the flavor descriptions.
+# Per-flavor recipe constants, transcribed from SEMANTICS 2, the flavor descriptions, and for the aiter-*
+# flavors from aiter's sources (amd-aiter 0.1.7.post2.dev18): csrc/kernels/quant_kernels.cu (hip),
+# ops/triton/_triton_kernels/quant.py (triton), ops/triton/_triton_kernels/fused_fp8_quant.py (fused),
+# ops/quant.py pertoken_quant (torch). Every aiter quantizer uses the dtype max: 448 fn, 240 fnuz.
 _FMT_MAX = {
-    ("aiter", FN): 448.0,
-    ("aiter", FNUZ): 240.0,
     ("vllm", FN): 448.0,
     ("vllm", FNUZ): 224.0,
     ("deepseek", FN): 448.0,
     ("deepseek", FNUZ): 448.0,
+    **{(name, FN): 448.0 for name in FLAVOR_NAMES if name.startswith("aiter")},
+    **{(name, FNUZ): 240.0 for name in FLAVOR_NAMES if name.startswith("aiter")},
 }
-_GROUP_FLOOR = {"aiter": 1e-10, "vllm": 1e-10, "deepseek": 1e-4}
+_GROUP_FLOOR = {
+    "aiter": 1e-10,
+    "vllm": 1e-10,
+    "deepseek": 1e-4,
+    "aiter-hip": 1e-10,
+    "aiter-triton": 0.0,
+    "aiter-fused": 1e-10,
+    "aiter-torch": 0.0,
+}
 _BLOCK_FLOOR = {"aiter": 1e-10, "vllm": 1e-12, "deepseek": 1e-4}
-_DIVIDES = {"aiter": False, "vllm": True, "deepseek": False}
-_CLAMPS = {"aiter": True, "vllm": True, "deepseek": False}
+_DIVIDES = {name: name in ("vllm", "aiter-torch") for name in FLAVOR_NAMES}
+_CLAMPS = {name: name not in ("deepseek", "aiter-triton", "aiter-torch") for name in FLAVOR_NAMES}
+# aiter's HIP kernel: scale = amax * (float)(1.0 / max), not amax / max
+_TIMES_INVERSE_MAX = {"aiter-hip"}
+# aiter's torch reference: an all-zero group's scale becomes 1
+_ZERO_SCALE = {"aiter-torch": 1.0}
+# aiter's HIP kernel reduces |x| with fmaxf, which drops NaN
+_AMAX_IGNORES_NAN = {"aiter-hip"}
 # Magnitude from which an unbounded round-to-nearest-even no longer lands on the format's max:
 # max + half the spacing of the top binade (fn: 448 + 16; fnuz: 240 + 8).
 OVERFLOW_AT = {FN: 464.0, FNUZ: 248.0}
@@ -141,7 +160,12 @@ def _quotient(x64: torch.Tensor, scale: torch.Tensor, flavor: str, dtype: torch.
 def _scale(amax: torch.Tensor, floor: float, flavor: str, dtype: torch.dtype, ue8m0: bool) -> torch.Tensor:
     floor32 = f32(torch.tensor(floor, dtype=torch.float64)).item()
     amax = torch.where(torch.isnan(amax), amax, amax.clamp_min(floor32))
-    scale = f32(amax / fmt_max(flavor, dtype))
+    if flavor in _TIMES_INVERSE_MAX:
+        scale = f32(amax * f32(torch.tensor(1.0 / fmt_max(flavor, dtype), dtype=torch.float64)))
+    else:
+        scale = f32(amax / fmt_max(flavor, dtype))
+    if flavor in _ZERO_SCALE:
+        scale = torch.where(scale == 0, torch.full_like(scale, _ZERO_SCALE[flavor]), scale)
     return ceil_pow2_ref(scale) if ue8m0 else scale
 
 
@@ -150,7 +174,10 @@ def group_quant_ref(x: torch.Tensor, group: int, dtype: torch.dtype, flavor: str
     x64 = x.to(torch.float32).to(torch.float64)
     k = x64.shape[-1]
     groups = x64.reshape(*x64.shape[:-1], k // group, group)
-    amax = groups.abs().amax(dim=-1)
+    magnitude = groups.abs()
+    if flavor in _AMAX_IGNORES_NAN:
+        magnitude = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude)
+    amax = magnitude.amax(dim=-1)
     scale = _scale(amax, _GROUP_FLOOR[flavor], flavor, dtype, ue8m0)
     y, overflow = _quotient(groups, scale.unsqueeze(-1), flavor, dtype)
     q = round_to_fp8_bytes(y, dtype).reshape(x.shape)

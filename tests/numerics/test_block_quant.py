@@ -9,8 +9,8 @@ import warnings
 import pytest
 import torch
 from fp8_oracle import (
+    BLOCK_FLAVOR_NAMES,
     DTYPES,
-    FLAVOR_NAMES,
     FN,
     FNUZ,
     assert_same_f32,
@@ -30,7 +30,7 @@ from mla_debug.numerics import (
     overflow_threshold,
 )
 
-CASES = list(itertools.product(FLAVOR_NAMES, DTYPES, (False, True)))
+CASES = list(itertools.product(BLOCK_FLAVOR_NAMES, DTYPES, (False, True)))
 CASE_IDS = [f"{f}-{'fn' if d == FN else 'fnuz'}-{'ue8m0' if u else 'fp32scale'}" for f, d, u in CASES]
 
 
@@ -73,7 +73,7 @@ def test_matches_oracle_aligned_bf16(flavor, dtype, ue8m0):
 @pytest.mark.parametrize("block", [(64, 32), (1, 128), (128, 1), (32, 96)])
 def test_matches_oracle_other_block_shapes(block):
     w = varied((130, 190), seed=23, tile=block)
-    for flavor, dtype in itertools.product(FLAVOR_NAMES, DTYPES):
+    for flavor, dtype in itertools.product(BLOCK_FLAVOR_NAMES, DTYPES):
         check_against_oracle(w, block, dtype, flavor, False)
 
 
@@ -81,7 +81,7 @@ def test_tiny_blocks_use_the_amax_floor():
     w = varied((256, 256), seed=24) * 1e-14
     w[:128, 128:] *= 1e2  # amax between the vLLM block floor 1e-12 and aiter's 1e-10
     w[128:, :128] *= 1e5  # between 1e-10 and deepseek's 1e-4
-    for flavor, dtype in itertools.product(FLAVOR_NAMES, DTYPES):
+    for flavor, dtype in itertools.product(BLOCK_FLAVOR_NAMES, DTYPES):
         check_against_oracle(w, (128, 128), dtype, flavor, False)
 
 
@@ -90,7 +90,7 @@ def test_tiny_blocks_use_the_amax_floor():
     data=st.data(),
     n=st.integers(1, 300),
     k=st.integers(1, 300),
-    flavor=st.sampled_from(FLAVOR_NAMES),
+    flavor=st.sampled_from(BLOCK_FLAVOR_NAMES),
     dtype=st.sampled_from(DTYPES),
     ue8m0=st.booleans(),
 )
@@ -102,7 +102,7 @@ def test_matches_oracle_property(data, n, k, flavor, dtype, ue8m0):
 # --- partial edge blocks and chunking ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("flavor", "dtype"), list(itertools.product(FLAVOR_NAMES, DTYPES)))
+@pytest.mark.parametrize(("flavor", "dtype"), list(itertools.product(BLOCK_FLAVOR_NAMES, DTYPES)))
 def test_partial_blocks_equal_padded_then_cropped(flavor, dtype):
     # 2112 rows = 16.5 blocks (DeepSeek's fused q_a/kv_a projection), 200 columns = 1.5 blocks
     w = varied((2112, 200), seed=25, tile=(128, 128))
@@ -118,7 +118,7 @@ def test_partial_blocks_equal_padded_then_cropped(flavor, dtype):
 
 
 @pytest.mark.parametrize("chunk_elements", [1, 3 * 128 * 128 * 3, 7 * 128 * 128 * 3])
-@pytest.mark.parametrize("flavor", FLAVOR_NAMES)
+@pytest.mark.parametrize("flavor", BLOCK_FLAVOR_NAMES)
 def test_result_independent_of_chunking(monkeypatch, chunk_elements, flavor):
     """1, 3 or 7 block rows per chunk (the weight has 10, the last one partial) against one chunk."""
     w = varied((1200, 300), seed=26, tile=(128, 128))
@@ -154,7 +154,7 @@ def test_default_chunking_spans_several_chunks():
     data=st.data(),
     n=st.integers(1, 260),
     k=st.integers(1, 260),
-    flavor=st.sampled_from(FLAVOR_NAMES),
+    flavor=st.sampled_from(BLOCK_FLAVOR_NAMES),
     dtype=st.sampled_from(DTYPES),
     ue8m0=st.booleans(),
 )
@@ -212,7 +212,7 @@ def test_non_contiguous_and_dtype_variants():
     base = varied((384, 300), seed=30, tile=(128, 128))
     before = base.clone()
     for view in (base.t(), base[::2], base[:, 1:290]):
-        for flavor in FLAVOR_NAMES:
+        for flavor in BLOCK_FLAVOR_NAMES:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Fp8OverflowWarning)
                 q, s, _ = block_quantize(view, flavor=flavor, fmt="fnuz")

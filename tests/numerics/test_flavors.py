@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from fp8_oracle import FLAVOR_NAMES, f32, fmt_max
@@ -50,7 +52,12 @@ def test_recipe_constants():
         "mul_reciprocal",
         False,
     )
-    assert FLAVORS == {"aiter": AITER, "vllm": VLLM, "deepseek": DEEPSEEK}
+    assert {name: FLAVORS[name] for name in ("aiter", "vllm", "deepseek")} == {
+        "aiter": AITER,
+        "vllm": VLLM,
+        "deepseek": DEEPSEEK,
+    }
+    assert set(FLAVORS) == {"aiter", "aiter-hip", "aiter-triton", "aiter-fused", "aiter-torch", "vllm", "deepseek"}
 
 
 @pytest.mark.parametrize("name", FLAVOR_NAMES)
@@ -137,3 +144,54 @@ def test_flavor_floors_differ_for_tiny_blocks():
         _, s, _ = group_quantize(torch.zeros(2, 128), fmt="fnuz", flavor=flavor)
         expected = f32(f32(torch.tensor(floor, dtype=torch.float64)) / flavor.fmt_max(E4M3FNUZ)).float()
         assert torch.equal(s, expected.expand(2, 1)), flavor.name
+
+
+# --- aiter's four 1x128 quantizers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["aiter-hip", "aiter-triton", "aiter-fused", "aiter-torch"])
+def test_each_aiter_flavor_names_the_aiter_function_it_is(name):
+    flavor = quant_flavor(name)
+    assert "amd-aiter 0.1.7.post2.dev18" in flavor.models
+    assert any(ext in flavor.models for ext in (".py ", ".cu "))
+    assert not flavor.block_quantizer
+    with pytest.raises(ValueError, match=rf"flavor '{name}' is aiter's 1x128 activation quantizer .* no 128x128"):
+        block_quantize(torch.ones(128, 128), flavor=name)
+
+
+@pytest.mark.parametrize("fmt", [E4M3FN, E4M3FNUZ])
+def test_aiter_hip_scale_is_amax_times_the_fp32_inverse_of_max(fmt):
+    """quant_kernels.cu: `inverted_scale = absMax * inverted_DTYPE_MAX` with the inverse stored as a float;
+    1 ulp from amax / max in about half the groups, never more."""
+    x = _varied_groups(256, 4, seed=14).to(torch.bfloat16)
+    _, hip, _ = group_quantize(x, fmt=fmt, flavor="aiter-hip")
+    _, fused, _ = group_quantize(x, fmt=fmt, flavor="aiter-fused")
+    amax = x.float().reshape(256, 4, 128).abs().amax(-1).double()
+    inverse = f32(torch.tensor(1.0 / fmt.max, dtype=torch.float64))
+    assert torch.equal(hip, f32(amax * inverse).float())
+    ulps = (hip.view(torch.int32) - fused.view(torch.int32)).abs()
+    assert ulps.max() <= 1 and 0.25 < (ulps == 1).float().mean() < 0.75
+
+
+def test_aiter_hip_drops_nan_from_amax_like_fmaxf():
+    x = torch.full((1, 128), 2.0)
+    x[0, 3] = float("nan")
+    q, scale, _ = group_quantize(x, flavor="aiter-hip")
+    assert scale.item() == f32(torch.tensor(2.0, dtype=torch.float64) * f32(torch.tensor(1 / 448.0))).item()
+    assert E4M3FN.is_nan_bytes(q[0]).nonzero().flatten().tolist() == [3]
+    _, fused_scale, _ = group_quantize(x, flavor="aiter-fused")
+    assert math.isnan(fused_scale.item())
+
+
+def test_aiter_flavors_on_an_all_zero_group():
+    """HIP and fused floor amax at 1e-10; Triton gives scale 0 and NaN bytes; torch replaces the scale by 1."""
+    x = torch.zeros(1, 128)
+    scales = {name: group_quantize(x, flavor=name)[1].item() for name in ("aiter-hip", "aiter-fused")}
+    assert (
+        scales["aiter-hip"] == f32(f32(torch.tensor(1e-10, dtype=torch.float64)) * f32(torch.tensor(1 / 448.0))).item()
+    )
+    assert scales["aiter-fused"] == f32(f32(torch.tensor(1e-10, dtype=torch.float64)) / 448.0).item()
+    q, scale, _ = group_quantize(x, flavor="aiter-triton")
+    assert scale.item() == 0.0 and E4M3FN.is_nan_bytes(q).all()
+    q, scale, _ = group_quantize(x, flavor="aiter-torch")
+    assert scale.item() == 1.0 and (q.view(torch.uint8) == 0).all()

@@ -31,6 +31,7 @@ from mla_debug.numerics import (
     group_dequantize,
     group_quantize,
     overflow_threshold,
+    quant_flavor,
 )
 
 CASES = list(itertools.product(FLAVOR_NAMES, DTYPES, (False, True)))
@@ -151,7 +152,8 @@ def test_roundtrip_error_bound(data, rows, groups, flavor, dtype, ue8m0):
 @given(
     data=st.data(),
     groups=st.integers(1, 4),
-    flavor=st.sampled_from(FLAVOR_NAMES),
+    # the recipes whose scale is max(amax, floor) / fmt_max; the aiter-* ones are checked against the oracle
+    flavor=st.sampled_from(("aiter", "vllm", "deepseek")),
     dtype=st.sampled_from(DTYPES),
 )
 def test_scales_plain_and_ue8m0(data, groups, flavor, dtype):
@@ -335,8 +337,13 @@ def test_nan_and_inf_stay_in_their_group(flavor, dtype, ue8m0):
             # finite groups: finite scale, NaN only where deepseek-on-fnuz overflows
             assert torch.isfinite(scale[r, g])
             assert torch.equal(fmt.is_nan_bytes(q[r, cols]), overflow[r, cols])
-    assert math.isnan(scale[0, 1].item())
-    assert fmt.is_nan_bytes(q[0, 128:256]).all()  # x * (1/NaN) is NaN everywhere in the group
+    if quant_flavor(flavor).amax_ignores_nan:
+        # aiter's HIP kernel: fmaxf drops the NaN from amax; only the NaN element itself is NaN
+        assert torch.isfinite(scale[0, 1])
+        assert torch.equal(fmt.is_nan_bytes(q[0, 128:256]), torch.arange(128, 256) == 130)
+    else:
+        assert math.isnan(scale[0, 1].item())
+        assert fmt.is_nan_bytes(q[0, 128:256]).all()  # x * (1/NaN) is NaN everywhere in the group
     for r, g, inf_cols in ((1, 2, [300, 260]), (2, 0, [5])):
         assert math.isinf(scale[r, g].item()) and scale[r, g].item() > 0
         nan = fmt.is_nan_bytes(q[r, g * 128 : (g + 1) * 128])

@@ -12,7 +12,8 @@ JSON schema 3 (what `to_dict` writes)::
    "model", "platform", "scenario": str, "tokens": int, "device": "cpu"|"cuda", "seed": int|null,
    "tp_sizes": [int], "modes": [str], "elapsed_s": float|null,
    "provenance": Provenance.to_dict()|null  (versions, weights, scenario definition, thresholds,
-                 "tuned_table": TunedTable.source, "created"),
+                 "tuned_table": TunedTable.source, "tuned_table_source": TableSource.to_dict()|null
+                 (origin embedded/files/env/installed-aiter, files, aiter version or commit), "created"),
    "bisection": {"trials", "runs", "reused", "skipped": int, "elapsed_s": float}|null,
    "runs": [{"tp": int, "mode": str, "verdict": "ok"|"diverged", "first_divergent_step": str|null,
              "kernels": {linear: choice},

@@ -196,13 +196,21 @@ def _quantize_store(
     COUNT_OVF: tl.constexpr,
     OVF_AT: tl.constexpr,
     OVF_TIE_UP: tl.constexpr,
+    INV_MAX: tl.constexpr,
+    AMAX_DROPS_NAN: tl.constexpr,
     SOFT: tl.constexpr,
     SCALES_IN_PLACE: tl.constexpr,
 ):
     """Quantize fp32 y (BLOCK_M, groups, group size) per group; store bytes, scales, overflow count."""
-    amax = tl.reduce(tl.abs(y), 2, _max_propagating_nan)
+    magnitude = tl.abs(y)
+    if AMAX_DROPS_NAN:
+        magnitude = tl.where(magnitude != magnitude, 0.0, magnitude)  # fmaxf's reduction (aiter's HIP quant)
+    amax = tl.reduce(magnitude, 2, _max_propagating_nan)
     amax = tl.where(amax < FLOOR, FLOOR, amax)  # NaN stays NaN, as with torch's clamp_min
-    scale = tl.div_rn(amax, tl.full(amax.shape, FMT_MAX, tl.float32))
+    if INV_MAX > 0:
+        scale = amax * INV_MAX  # amax * fp32(1/max): aiter's HIP quant
+    else:
+        scale = tl.div_rn(amax, tl.full(amax.shape, FMT_MAX, tl.float32))
     if MUL_RECIP:
         inv = tl.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
         t = y * inv[:, :, None]
@@ -258,6 +266,8 @@ def _q_rows(
     COUNT_OVF: tl.constexpr,
     OVF_AT: tl.constexpr,
     OVF_TIE_UP: tl.constexpr,
+    INV_MAX: tl.constexpr,
+    AMAX_DROPS_NAN: tl.constexpr,
     SOFT: tl.constexpr,
     SCALES_IN_PLACE: tl.constexpr,
     SHORT_CHAIN: tl.constexpr,
@@ -296,6 +306,8 @@ def _q_rows(
         COUNT_OVF,
         OVF_AT,
         OVF_TIE_UP,
+        INV_MAX,
+        AMAX_DROPS_NAN,
         SOFT,
         SCALES_IN_PLACE,
     )
@@ -372,6 +384,8 @@ def fused_norm_quant_kernel(
     COUNT_OVF: tl.constexpr,
     OVF_AT: tl.constexpr,
     OVF_TIE_UP: tl.constexpr,
+    INV_MAX: tl.constexpr,
+    AMAX_DROPS_NAN: tl.constexpr,
     SOFT: tl.constexpr,
     SCALES_IN_PLACE: tl.constexpr,
     K_WITH_Q: tl.constexpr,
@@ -418,6 +432,8 @@ def fused_norm_quant_kernel(
             COUNT_OVF,
             OVF_AT,
             OVF_TIE_UP,
+            INV_MAX,
+            AMAX_DROPS_NAN,
             SOFT,
             SCALES_IN_PLACE,
             SHORT_CHAIN,
@@ -507,6 +523,8 @@ def group_quant_kernel(
     COUNT_OVF: tl.constexpr,
     OVF_AT: tl.constexpr,
     OVF_TIE_UP: tl.constexpr,
+    INV_MAX: tl.constexpr,
+    AMAX_DROPS_NAN: tl.constexpr,
     SOFT: tl.constexpr,
     SCALES_IN_PLACE: tl.constexpr,
 ):
@@ -537,6 +555,8 @@ def group_quant_kernel(
         COUNT_OVF,
         OVF_AT,
         OVF_TIE_UP,
+        INV_MAX,
+        AMAX_DROPS_NAN,
         SOFT,
         SCALES_IN_PLACE,
     )

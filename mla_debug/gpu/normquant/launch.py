@@ -180,6 +180,13 @@ def unsupported_reason(op: str, args: RowArgs) -> str | None:
             f"{op}: group_size={gs} is not a power of two; the Triton kernels tile a row as "
             "(groups, group_size) blocks, whose sizes must be powers of two (use backend='torch')"
         )
+    flavor = args.flavor
+    if flavor.scale_rule == "torch_scalar_divide" or flavor.zero_scale is not None:
+        return (
+            f"{op}: flavor {flavor.name!r} divides by a Python float the way torch does, which rounds "
+            "differently on the CPU and on a GPU, and replaces a zero scale; the Triton kernels do not "
+            "implement it (use backend='torch')"
+        )
     return None
 
 

@@ -89,6 +89,8 @@ class QuantConstants:
     COUNT_OVF: bool
     OVF_AT: float
     OVF_TIE_UP: bool
+    INV_MAX: float  # > 0: the scale is amax * INV_MAX (fp32(1/max), the times_inverse_max rule)
+    AMAX_DROPS_NAN: bool
 
     def kwargs(self) -> dict:
         return dict(self.__dict__)
@@ -109,6 +111,11 @@ def quant_constants(fmt: Fp8Format, flavor: QuantFlavor) -> QuantConstants:
         COUNT_OVF=not flavor.clamp,
         OVF_AT=float(overflow_threshold(fmt)),
         OVF_TIE_UP=_tie_rounds_up(fmt),
+        # fp32(1/max) as the number the fp32 kernel multiplies by; 0 selects the correctly rounded division
+        INV_MAX=float(torch.tensor(1.0 / flavor.fmt_max(fmt), dtype=torch.float32))
+        if flavor.scale_rule == "times_inverse_max"
+        else 0.0,
+        AMAX_DROPS_NAN=flavor.amax_ignores_nan,
     )
 
 

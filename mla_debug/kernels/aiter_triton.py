@@ -1,0 +1,125 @@
+"""``aiter-triton-blockscale``: aiter's own Triton block-scale GEMM as a swappable kernel.
+
+It runs AMD's code (amd-aiter 0.1.7.post2.dev18, aiter/ops/triton/gemm_a8w8_blockscale.py, loaded without
+``import aiter`` and launched by `gpu.aiter_triton`) with aiter's config choice for the ROCm card it stands for
+(``config_as``, default the MI355X: aiter's MI350X configs; "mi300x" etc. give its MI300X configs). On an
+NVIDIA GPU it is compiled with the AMD-only launch options dropped; on CPU tensors it runs only under
+Triton's interpreter when asked for with ``backend="triton"`` (tiny shapes), and ``backend="auto"`` there
+computes with the emulation of the same contract, so a triage gives the same verdicts on a laptop.
+
+Its contract is aiter ``gemm_a8w8_blockscale``'s - a plain weight, read in place - except for one thing
+the CK kernel does not share: it reads ``x_scale`` and ``w_scale`` by the strides the tensors carry.
+What that means for the defects of vLLM PR #51692 (SEMANTICS 6):
+
+- a ROW_MAJOR scale and a COL_MAJOR_STRIDED one (strides (1, M)) are both read right; only a COL_MAJOR
+  "view" buffer - transposed bytes behind row-major strides, what aiter's ``transpose_scale=True``
+  producers write - is read wrongly (as ROW_MAJOR), exactly like the CK kernel. So defect 1 (a consumer
+  reading the other scale order) shows where the producer writes the "view" layout and this kernel
+  consumes it, and cannot show where a producer hands it honestly strided scales;
+- it never shuffles a weight, so the load-time defects 2-4 (double shuffle, the shuffled ``wo_a``,
+  the shuffled ``kv_b_proj``) come from the preshuffled kernel chosen for the other layers: with this
+  kernel in the plain-kernel slot (after ``triton-bpreshuffle``, say) a triage finds them exactly as
+  with the emulated plain kernel, and it reads a weight someone else shuffled as plain bytes, wrongly,
+  and records the violation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..gpu import aiter_triton
+from ..implementations import Check
+from ..layouts import QuantizedActivation, ScaleLayout
+from ..numerics import E4M3FN, E4M3FNUZ
+from .aiter_emulated import AiterBlockscaleEmulated
+from .base import Contract, GemmProblem, register_kernel
+from .block_gemm import block_scaled_mm
+from .platforms import platform
+
+if TYPE_CHECKING:
+    from .linear import BlockScaledLinear
+
+BACKENDS = ("auto", "triton", "emulation")
+
+
+@register_kernel
+class AiterTritonBlockscaleKernel(AiterBlockscaleEmulated):
+    name = "aiter-triton-blockscale"
+    description = (
+        "aiter's own Triton gemm_a8w8_blockscale (amd-aiter 0.1.7.post2.dev18) with aiter's config choice: "
+        "plain weight, scales read by their strides"
+    )
+    vllm_name = None
+    stands_in_for = "aiter-blockscale"
+
+    def __init__(self, backend: str = "auto", config_as: str = "mi355x", flavor: str = "aiter-hip") -> None:
+        super().__init__(accumulation="blockwise", flavor=flavor)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        self.backend = backend
+        self.config_as = platform(config_as)
+        if self.config_as.arch not in aiter_triton.ARCH_OF_FP8.values():
+            raise ValueError(
+                f"config_as={config_as!r}: aiter's Triton configs exist for gfx942 (MI300X) and gfx950 (MI350X), "
+                f"not {self.config_as.arch}"
+            )
+
+    # -- capability -------------------------------------------------------------------------------
+    def availability(self, device: torch.device | None = None) -> Check:
+        """Runs everywhere unless ``backend="triton"`` and aiter's Triton cannot run; elsewhere (or with
+        ``backend="emulation"``) the emulation of its contract multiplies."""
+        where = torch.device(device) if device is not None else None
+        probe = where or (torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+        why = aiter_triton.unavailable_reason(probe, interpreter_allowed=self.backend == "triton")
+        if self.backend == "triton" and why is not None:
+            return Check(False, why)
+        if self.backend == "emulation" or why is not None:
+            return Check(True, f"runs the emulation of its contract ({why or 'asked for'})")
+        return Check(True, f"aiter's Triton GEMM on {probe.type} tensors")
+
+    def can_implement(self, problem: GemmProblem) -> Check:
+        plat = problem.platform
+        if not (plat.is_rocm or plat.is_cuda):
+            return Check(False, f"aiter's Triton GEMM models GPU serving platforms, not {plat.name}")
+        if plat.is_rocm and problem.fmt != plat.fp8:
+            return Check(False, f"{plat.arch} computes {plat.fp8.name}, the weight is {problem.fmt.name}")
+        if problem.fmt not in (E4M3FN, E4M3FNUZ):
+            return Check(False, f"takes e4m3fn or e4m3fnuz, the weight is {problem.fmt.name}")
+        if plat.is_cuda and problem.fmt == E4M3FNUZ:
+            return Check(False, "e4m3fnuz does not exist on NVIDIA GPUs")
+        if problem.k % 128:
+            return Check(False, f"K={problem.k} is not a multiple of 128")
+        return Check(True, "takes this shape (K is a multiple of 128)")
+
+    # -- run time ---------------------------------------------------------------------------------
+    def scale_layout_read(self, qa: QuantizedActivation, contract: Contract) -> ScaleLayout:
+        """By strides: (1, M)-strided buffers are read column-major, everything else row-major - a COL_MAJOR
+        "view" buffer included, whose strides claim row-major."""
+        m, groups = qa.scale.shape
+        if m > 1 and groups > 1 and qa.scale.stride() == (1, m):
+            return ScaleLayout.COL_MAJOR_STRIDED
+        return ScaleLayout.ROW_MAJOR
+
+    def uses_triton(self, device: torch.device) -> bool:
+        if self.backend == "emulation":
+            return False
+        why = aiter_triton.unavailable_reason(device, interpreter_allowed=self.backend == "triton")
+        if why is None:
+            return True
+        if self.backend == "triton":
+            raise RuntimeError(f"{self.name}: backend='triton' but tensors on {device} cannot run it here: {why}")
+        return False
+
+    def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
+        weight = linear.weight
+        if weight.data.shape[1] != weight.k:
+            raise ValueError(
+                f"{linear.name}.weight: bytes are K-padded to {weight.data.shape[1]} (logical K={weight.k}); "
+                f"{self.name} reads a plain (N, K) weight"
+            )
+        if not self.uses_triton(qa.data.device):
+            # What a stride-following reader sees is the tensor's own values at (m, g).
+            return block_scaled_mm(qa.fmt.decode(qa.data), qa.scale.float(), linear, None, "blockwise")
+        return aiter_triton.gemm_a8w8_blockscale(qa.data, weight.data, qa.scale, weight.scale, self.config_as.arch)
