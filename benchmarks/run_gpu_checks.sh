@@ -7,7 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-benchmarks/out}
 mkdir -p "$out"
-export PYTHONPATH=. PYTHONUNBUFFERED=1
+# The checkout first; a PYTHONPATH already set (wheels unpacked beside, e.g. amd-aiter) stays after it.
+export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 python3 - <<'PY' | tee "$out/versions.txt"
 import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name())
