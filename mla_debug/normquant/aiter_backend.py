@@ -37,6 +37,7 @@ from .._checks import describe
 from ..layouts import ScaleLayout
 from ._inputs import NormQuantArgs
 from .reference import OP, NormQuantResult, register_builtin_backend
+from .released_op import call_released_op
 
 
 @functools.lru_cache(maxsize=1)
@@ -179,22 +180,7 @@ def _run_hip(op: NativeOp, args: NormQuantArgs, return_unquantized: bool) -> Nor
 
 
 def _run_triton(op: NativeOp, args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
-    (q_out, scale), unq, k_out, res_out = op.fn(
-        args.q,
-        args.q_weight,
-        args.q_eps,
-        args.k,
-        args.k_weight,
-        None if args.k is None else args.k_eps,
-        args.group_size,
-        args.fmt.dtype,
-        args.residual,
-        return_unquantized,
-        args.scale_layout is ScaleLayout.COL_MAJOR,
-    )
-    return NormQuantResult(
-        args.quantized(q_out, scale, op.producer), k_out, unq if return_unquantized else None, res_out
-    )
+    return call_released_op(op.fn, args, return_unquantized, op.producer)
 
 
 def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:

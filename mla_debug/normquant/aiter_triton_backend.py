@@ -19,9 +19,9 @@ import torch
 
 from .._checks import describe
 from ..gpu import aiter_triton
-from ..layouts import ScaleLayout
 from ._inputs import NormQuantArgs
 from .reference import OP, NormQuantResult, register_builtin_backend
+from .released_op import call_released_op
 
 NAME = "aiter-triton"
 PRODUCER = f"{OP} (aiter Triton fused_rms_fp8_group_quant)"
@@ -83,25 +83,7 @@ def _run(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     check(args)
     if args.m == 0:
         return _empty(args, return_unquantized)
-    (q_fp8, scale), q_unq, k_out, res_out = aiter_triton.fused_rms_fp8_group_quant(
-        args.q,
-        args.q_weight,
-        args.q_eps,
-        args.k,
-        args.k_weight,
-        None if args.k is None else args.k_eps,
-        args.group_size,
-        args.fmt.dtype,
-        args.residual,
-        return_unquantized,
-        transpose_scale=args.scale_layout is ScaleLayout.COL_MAJOR,
-    )
-    return NormQuantResult(
-        q_quant=args.quantized(q_fp8, scale, PRODUCER),
-        k_normed=k_out,
-        q_unquantized=q_unq if return_unquantized else None,
-        residual_sum=res_out,
-    )
+    return call_released_op(aiter_triton.fused_rms_fp8_group_quant, args, return_unquantized, PRODUCER)
 
 
 register_builtin_backend(
