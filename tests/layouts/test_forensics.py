@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from distinct_bytes import distinct_weight, shuffled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,27 +16,10 @@ from mla_debug.layouts import (
     identify_weight_layout,
     present_scale,
     shuffle_period,
-    shuffle_weight,
 )
 
 FP8 = torch.float8_e4m3fn
 ALL = tuple(ScaleLayout)
-
-
-def distinct_weight(shape: tuple[int, ...], dtype: torch.dtype = FP8, seed: int = 0) -> torch.Tensor:
-    *lead, n, k = shape
-    size = torch.empty((), dtype=dtype).element_size()
-    raw = torch.randint(0, 256, (*lead, n, k * size), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
-    units = raw.view(-1, 16)
-    index = torch.arange(units.shape[0])
-    units[:, 0], units[:, 1] = (index & 0xFF).to(torch.uint8), (index >> 8).to(torch.uint8)
-    return raw.view(dtype)
-
-
-def shuffled(w: torch.Tensor, layout: tuple[int, int], times: int) -> torch.Tensor:
-    for _ in range(times):
-        w = shuffle_weight(w, layout)
-    return w
 
 
 # (shape, dtype) where both layouts apply and both periods exceed 3, so 0..3 shuffles all differ.
