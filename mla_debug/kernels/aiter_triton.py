@@ -32,10 +32,11 @@ import torch
 from ..gpu import aiter_triton
 from ..implementations import Check
 from ..layouts import QuantizedActivation, ScaleLayout
-from ..numerics import E4M3FN, E4M3FNUZ
+from ..numerics import E4M3FNUZ
 from .aiter_emulated import AiterBlockscaleEmulated
 from .base import Contract, GemmProblem, register_kernel
 from .block_gemm import block_scaled_mm
+from .gpu_problem import gpu_gemm_refusal
 from .platforms import platform
 
 if TYPE_CHECKING:
@@ -80,17 +81,12 @@ class AiterTritonBlockscaleKernel(AiterBlockscaleEmulated):
         return Check(True, f"aiter's Triton GEMM on {probe.type} tensors")
 
     def can_implement(self, problem: GemmProblem) -> Check:
-        plat = problem.platform
-        if not (plat.is_rocm or plat.is_cuda):
-            return Check(False, f"aiter's Triton GEMM models GPU serving platforms, not {plat.name}")
-        if plat.is_rocm and problem.fmt != plat.fp8:
-            return Check(False, f"{plat.arch} computes {plat.fp8.name}, the weight is {problem.fmt.name}")
-        if problem.fmt not in (E4M3FN, E4M3FNUZ):
-            return Check(False, f"takes e4m3fn or e4m3fnuz, the weight is {problem.fmt.name}")
-        if plat.is_cuda and problem.fmt == E4M3FNUZ:
+        refusal = gpu_gemm_refusal(problem, "aiter's Triton GEMM")
+        if refusal is not None:
+            return refusal
+        if problem.platform.is_cuda and problem.fmt == E4M3FNUZ:
+            # aiter picks its fp8 type from the device it runs on; on NVIDIA that is always e4m3fn.
             return Check(False, "e4m3fnuz does not exist on NVIDIA GPUs")
-        if problem.k % 128:
-            return Check(False, f"K={problem.k} is not a multiple of 128")
         return Check(True, "takes this shape (K is a multiple of 128)")
 
     # -- run time ---------------------------------------------------------------------------------

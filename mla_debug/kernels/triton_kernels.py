@@ -27,10 +27,10 @@ import torch
 from ..gpu.gemm import runs_on, triton_block_scaled_mm, triton_status
 from ..implementations import Check
 from ..layouts import QuantizedActivation
-from ..numerics import E4M3FN, E4M3FNUZ
 from .aiter_emulated import SHUFFLE, AiterBlockscaleEmulated, AiterBpreshuffleEmulated, tuned_row_check
 from .base import Contract, GemmProblem, register_kernel
 from .block_gemm import Accumulation
+from .gpu_problem import gpu_gemm_refusal
 from .platforms import platform
 
 if TYPE_CHECKING:
@@ -81,15 +81,9 @@ class _TritonGemm:
         return False
 
     def platform_check(self, problem: GemmProblem) -> Check:
-        plat = problem.platform
-        if not (plat.is_rocm or plat.is_cuda):
-            return Check(False, f"Triton GEMMs model GPU serving platforms, not {plat.name}")
-        if plat.is_rocm and problem.fmt != plat.fp8:
-            return Check(False, f"{plat.arch} computes {plat.fp8.name}, the weight is {problem.fmt.name}")
-        if problem.fmt not in (E4M3FN, E4M3FNUZ):
-            return Check(False, f"takes e4m3fn or e4m3fnuz, the weight is {problem.fmt.name}")
-        if problem.k % 128:
-            return Check(False, f"K={problem.k} is not a multiple of 128")
+        refusal = gpu_gemm_refusal(problem, "Triton GEMMs")
+        if refusal is not None:
+            return refusal
         if problem.n % 16:
             return Check(False, f"N={problem.n} is not a multiple of 16")
         return Check(True, "takes this shape (N % 16 == 0, K % 128 == 0)")
