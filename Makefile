@@ -21,7 +21,9 @@ TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH_SPEC)' | tr -c 'A-Za-
 demo: $(VENV)/.deps-base
 	$(PY) -m mla_debug.cli.demo
 
+# The released vLLM and SGLang wheels the engine-reference tests read (fetched once, never installed).
 test: $(VENV)/.deps-dev
+	$(PY) tests/engine_wheels.py fetch
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests notebooks --nbmake
 
 lab: $(VENV)/.deps-notebooks
@@ -47,4 +49,4 @@ $(VENV)/.deps-%: pyproject.toml $(TORCH_STAMP)
 	touch $@
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis *.egg-info
