@@ -11,7 +11,7 @@ argument or the file's stem)::
     disabled: AiterFp8BlockScaledMMKernel           # or a list; kernel names or vLLM class names
     overrides: {kv_b_proj: torch-reference}         # layer -> kernel
     kernel_options: {aiter-bpreshuffle: {honour_layer_flags: false}}
-    behaviour: {v4_fused_norm_quant: true}          # ModelBehaviour fields
+    behaviour: {v4_fused_norm_quant: true, load_order: remote-kv}   # ModelBehaviour fields
     tuned: ./aiter-configs                          # CSV file(s) or configs/ folder; relative to the file
     upstream: vLLM PR #51692                        # the upstream change this scenario models (words)
     fixed_by: vllm-pr56433                          # the built-in scenario modelling its known fix
@@ -38,7 +38,7 @@ from ..implementations import Registry
 from ..kernels import KERNELS, Kernel, TunedTable, parse_disabled
 from ..normquant import NORM_QUANT_BACKENDS
 from ..numerics import quant_flavor
-from .behaviour import ModelBehaviour
+from .behaviour import CHOICES, ModelBehaviour
 
 SUFFIXES = (".yml", ".yaml", ".json")
 
@@ -52,7 +52,10 @@ KEYS: dict[str, str] = {
     "disabled": "a list of kernel names or one comma-separated string",
     "overrides": "a mapping {layer name: kernel name}",
     "kernel_options": "a mapping {kernel name: {option: value}}",
-    "behaviour": "a mapping {ModelBehaviour field: bool, or v4_norm_quant_backend: name}",
+    "behaviour": (
+        "a mapping {ModelBehaviour field: bool, v4_norm_quant_backend: a backend name, or one of the listed "
+        "values for " + ", ".join(CHOICES) + "}"
+    ),
     "tuned": "a path or a list of paths (aiter tuned CSV files or a configs/ folder)",
     "upstream": "a string naming the upstream change the scenario models",
     "fixed_by": "the name of a built-in scenario",
@@ -236,9 +239,22 @@ def _behaviour(where: str, value: Any) -> dict[str, Any]:
     for flag, setting in value.items():
         if flag == "v4_norm_quant_backend":
             _registered(where, f"behaviour.{flag}", NORM_QUANT_BACKENDS, setting)
+        elif flag in CHOICES:
+            if not isinstance(setting, str) or setting not in CHOICES[flag]:
+                allowed = ", ".join(repr(choice) for choice in CHOICES[flag])
+                raise _type_error(where, f"behaviour.{flag}", setting, f"one of {allowed}")
         elif not isinstance(setting, bool):
             raise _type_error(where, f"behaviour.{flag}", setting, "a bool (true or false)")
     return dict(value)
+
+
+def _merged_behaviour(where: str, base: ModelBehaviour, changes: dict[str, Any]) -> ModelBehaviour:
+    """`base` with `changes` (each already valid alone); a combination the fields reject together, such
+    as an FP8 absorbed BMM over bf16 weights, is reported naming the scenario."""
+    try:
+        return replace(base, **changes)
+    except ValueError as err:
+        raise ValueError(f"{where}: behaviour: {str(err).removeprefix('ModelBehaviour: ')}") from None
 
 
 def _tuned(where: str, value: Any, relative_to: Path | None) -> str | tuple[str, ...] | None:
@@ -327,7 +343,7 @@ def parse_scenario(
         for kernel, options in _kernel_options(where, data["kernel_options"]).items():
             out["kernel_options"].setdefault(kernel, {}).update(options)
     if "behaviour" in data:
-        out["behaviour"] = replace(out["behaviour"], **_behaviour(where, data["behaviour"]))
+        out["behaviour"] = _merged_behaviour(where, out["behaviour"], _behaviour(where, data["behaviour"]))
     if "tuned" in data:
         folder = Path(relative_to) if relative_to is not None else None
         out["tuned_path"] = _tuned(where, data["tuned"], folder)
