@@ -4,6 +4,7 @@ for which model family and behaviour, and that bisection finds each one by runni
 from __future__ import annotations
 
 import pytest
+import torch
 
 import mla_debug as md
 import mla_debug.analysis as A
@@ -60,6 +61,44 @@ def test_a_change_sets_its_value_and_round_trips():
     old = {"kind": BEHAVIOUR, "target": "v4_ask_consumers", "description": "asking", "setting": None}
     assert Change.from_dict(old).value is True
     assert "value" not in Change("honour-flags", "aiter-bpreshuffle", "x").to_dict()
+
+
+def test_shared_linears_follow_the_behaviours_their_load_depends_on():
+    """Runs that share loaded linears give a fresh build's records and load history whatever ran before:
+    wo_a loaded with is_bmm (kept plain) is not reused for V4.1's reset flag and back, and a run's
+    load-order lines stay its own."""
+    for model, scenarios in (
+        (
+            V4,
+            [
+                md.scenario("vllm-pr56433"),
+                scenario("vllm-pr56433", "v41", v4_wo_a_is_bmm=False),
+                md.scenario("vllm-pr56433"),
+            ],
+        ),
+        (
+            KV512,
+            [
+                md.scenario("vllm-pr51692"),
+                scenario("vllm-pr51692", "std", absorbed_weights_derived="before-kernel-load"),
+                scenario("vllm-pr51692", "remote", absorbed_weight_dtype="bf16", load_order="remote-kv"),
+                scenario("vllm-baseline", "fused", v3_fused_norm_quant=True, v3_fused_transpose_scale=True),
+                md.scenario("vllm-pr51692"),
+            ],
+        ),
+    ):
+        shared = A.Workbench(model, "mi355x", tokens=4)
+        fresh = A.Workbench(model, "mi355x", tokens=4, reuse=False)
+        for scen in scenarios:
+            for mode in ("prefill", "decode"):
+                a, b = shared.run(scen, 2, mode), fresh.run(scen, 2, mode)
+                assert list(a.records) == list(b.records)
+                for name in a.records:
+                    x, y = a.records[name], b.records[name]
+                    assert torch.equal(x.output, y.output), (scen.name, mode, name)
+                    assert [v.message for v in x.violations] == [v.message for v in y.violations]
+                    assert (x.kernel, x.weight_layout, x.notes) == (y.kernel, y.weight_layout, y.notes)
+                assert a.events == b.events, (scen.name, mode)
 
 
 def code_fix_targets(culprit) -> list[tuple]:

@@ -76,6 +76,21 @@ def test_absorbed_weight_rules_cost_a_rounding_not_a_misread(kv512, dtype, bmm, 
     assert torch.equal(prefill.output, baseline_prefill.output)  # prefill runs kv_b_proj through its kernel
 
 
+@pytest.mark.parametrize(("dtype", "bmm"), [("bf16", "dequantized"), ("fp8-per-tensor", "fp8-group-quant")])
+def test_a_relaid_kv_b_proj_still_shows_under_every_rule(kv512, dtype, bmm):
+    """Re-quantizing or rounding the weights happens after the direct read: shuffled bytes are still
+    recorded as such, and still break decode."""
+    cfg, ckpt = kv512
+    hidden, positions = tokens(cfg)
+    truth = md.run_layer(cfg, ckpt, hidden, positions, mode="decode")
+    scen = scenario("vllm-pr51692", f"pr51692-{dtype}", absorbed_weight_dtype=dtype, absorbed_bmm=bmm)
+    run = md.run_layer(cfg, ckpt, hidden, positions, mode="decode", platform="mi355x", scenario=scen)
+    for step in ("absorb_uk", "absorb_uv"):
+        (violation,) = run.records[step].violations
+        assert violation.kind is ViolationKind.RELAID_WEIGHT_DIRECT_READ and violation.effective
+    assert rel(run.output, truth.output) > 0.5
+
+
 def test_the_per_tensor_scale_is_each_ranks_own(kv512):
     """post_load_weights runs on every rank's shard: at TP2 each rank re-quantizes its half with its own
     amax, so gathered W_UK differs from TP1's - the rule depends on the TP size."""
