@@ -10,7 +10,7 @@ kv_b_proj's raw bytes. Whether those bytes are still the checkpoint's depends on
   .load_weights_and_postprocess``): ``model.load_weights`` ends with ``post_load_weights``
   (``srt/models/deepseek_common/deepseek_weight_loader.py``), which derives w_kc / w_vc, and only then
   does ``postprocess_weights`` run the quant methods - before the kernels ("before-kernel-load");
-- SGLang 0.5.23, remote-KV loader (``_load_model_from_remote_kv``): every quant method's
+- SGLang 0.5.23, remote-KV loader (``RemoteModelLoader._load_model_from_remote_kv``): every quant method's
   ``process_weights_after_loading`` first, then the saved state (bytes as a previous processing left
   them) is copied into the parameters, then ``post_load_weights`` - after the kernels, whatever the
   standard loader's order.

@@ -66,7 +66,7 @@ class ModelBehaviour:
         ``MLAAttention.process_weights_after_loading`` runs after every linear's quant method, so it
         reads the bytes as the kernel left them) or "before-kernel-load" (SGLang: ``load_weights`` ends
         with ``post_load_weights`` before the loader's ``process_weights_after_loading``).
-    load_order: "standard", or "remote-kv" - SGLang 0.5.23's ``_load_model_from_remote_kv``
+    load_order: "standard", or "remote-kv" - SGLang 0.5.23's ``RemoteModelLoader._load_model_from_remote_kv``
         (``srt/model_loader/loader.py``): every quant method processes its weight first, then the saved
         (already processed) state is copied in, then ``post_load_weights`` derives W_UK / W_UV from
         those bytes, whatever ``absorbed_weights_derived`` says.
