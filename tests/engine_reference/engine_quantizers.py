@@ -11,7 +11,9 @@ wheel, through `vllm_cuda_oracle`). The only stubs stand for the GPU the engine 
   ``torch.cuda.get_device_properties(0).gcnArchName``) answered by the format under test.
 
 Everything else the loaded code uses is the real module: torch, triton, typing, and the engines' own
-helpers (vLLM's ``get_fp8_min_max``, SGLang's ``create_per_token_group_quant_fp8_output_scale``).
+helpers (vLLM's ``get_fp8_min_max``, SGLang's ``create_per_token_group_quant_fp8_output_scale``). DeepGEMM's
+casts (SGLang's benchmark/deepseek_utils.py, vLLM's vendored third_party/deep_gemm/utils/math.py) import only
+torch, typing and triton, so those files run whole.
 """
 
 from __future__ import annotations
