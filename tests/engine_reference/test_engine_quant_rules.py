@@ -9,6 +9,7 @@ import ast
 import itertools
 import re
 import warnings
+import zipfile
 
 import engine_wheels
 import pytest
@@ -93,13 +94,13 @@ def test_the_wheel_holds_the_cuda_kernels_the_oracle_restates():
     """The C++ source is not in the wheel; its compiled kernels are, and their symbols name what the oracle
     assumes: the register kernel for bf16 groups of 128 and the shared-memory one for fp32 input, both
     writing c10::Float8_e4m3fn (whose constructor is torch's fp32 -> e4m3fn cast)."""
-    engine_wheels.require("vllm")
+    wheel = engine_wheels.require("vllm")
     symbols = (
         b"per_token_group_quant_8bit_register_kernelIN3c108BFloat16ENS0_13Float8_e4m3fnELb0ELb0ELi128E",
         b"per_token_group_quant_8bit_register_kernelIN3c108BFloat16ENS0_13Float8_e4m3fnELb0ELb1ELi128E",
         b"per_token_group_quant_8bit_kernelIfN3c1013Float8_e4m3fnELb0ELb0E",
     )
-    with engine_wheels._zip("vllm").open("vllm/_C_stable_libtorch.abi3.so") as library:
+    with zipfile.ZipFile(wheel) as archive, archive.open("vllm/_C_stable_libtorch.abi3.so") as library:
         found, tail = set(), b""
         while chunk := library.read(1 << 24):
             window = tail + chunk
