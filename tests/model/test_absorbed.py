@@ -1,12 +1,13 @@
-"""W_UK / W_UV as the engines build them (`model.absorbed`): byte for byte against the released engines'
-own functions where they are plain torch, the cost of each rounding against the fp32 weights, and the
-FP8 absorbed BMM's arithmetic."""
+"""W_UK / W_UV as the engines build them (`model.absorbed`): the cost of each rounding against the fp32
+weights, the per-tensor quantizer's property, and the FP8 absorbed BMM's arithmetic. Byte-for-byte checks
+against the engines' own functions: tests/engine_reference/test_engine_absorbed_weights.py; against aiter's
+FP8 BMM: tests/aiter_reference/test_absorbed_bmm_vs_aiter.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from engine_functions import load, module_constants
+from absorbed_inputs import block_weight
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,62 +15,7 @@ import mla_debug as md
 from mla_debug.model.absorbed import build_absorbed_weights, group_quant_bmm, requantize_per_tensor
 from mla_debug.numerics.quantize import block_dequantize
 
-SGLANG_FP8_UTILS = "sglang/srt/layers/quantization/fp8_utils.py"
-SGLANG_FP8_KERNEL = "sglang/kernels/ops/quantization/fp8_kernel.py"
-SGLANG_ROCM_MLA = "sglang/srt/models/deepseek_common/attention_forward_methods/forward_mla_rocm.py"
-VLLM_QUANT_UTILS = "vllm/model_executor/layers/quantization/utils/quant_utils.py"
 FORMATS = {"e4m3fn": md.E4M3FN, "e4m3fnuz": md.E4M3FNUZ}
-
-
-@pytest.fixture(scope="module")
-def wheel_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("engine-wheels")
-
-
-def sglang_requant(wheel_dir, fnuz: bool):
-    """SGLang 0.5.23's block_quant_to_tensor_quant as it runs on HIP (``_is_cuda`` False), with the fp8
-    dtype and max its fp8_kernel.py computes at import on a gfx94 (fnuz) or other AMD GPU."""
-    constants = module_constants("sglang", SGLANG_FP8_KERNEL, wheel_dir, "is_fp8_fnuz", is_fp8_fnuz=lambda: fnuz)
-    fns = load(
-        "sglang",
-        SGLANG_FP8_UTILS,
-        ["input_to_float8", "block_quant_to_tensor_quant"],
-        wheel_dir,
-        _is_cuda=False,
-        _is_fp8_fnuz=fnuz,
-        fp8_dtype=constants["fp8_dtype"],
-        fp8_max=constants["fp8_max"],
-        scaled_fp8_quant=None,  # the CUDA branch, not taken on HIP
-    )
-    return fns["block_quant_to_tensor_quant"]
-
-
-def block_weight(n: int, k: int, fmt, seed: int, spread: float = 4.0, zero: bool = False) -> md.QuantizedWeight:
-    """A 128x128-block FP8 weight whose block scales span `spread` octaves (a zero weight if asked)."""
-    gen = torch.Generator().manual_seed(seed)
-    values = torch.randn(n, k, generator=gen) * 0.02
-    values *= torch.exp2(torch.rand(n // 128, 1, k // 128, 1, generator=gen) * spread).repeat(1, 128, 1, 128).view(n, k)
-    if zero:
-        values.zero_()
-    return md.layouts.quantize_blocks(values, fmt=fmt, flavor="aiter")
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
-
-
-@pytest.mark.parametrize("fmt_name", list(FORMATS))
-@pytest.mark.parametrize("case", ["random", "wide-spread", "zero"])
-def test_per_tensor_requant_is_sglangs_own_byte_for_byte(wheel_dir, fmt_name, case):
-    fmt = FORMATS[fmt_name]
-    engine = sglang_requant(wheel_dir, fnuz=fmt is md.E4M3FNUZ)
-    weight = block_weight(512, 256, fmt, seed=7, spread=12.0 if case == "wide-spread" else 4.0, zero=case == "zero")
-    theirs_q, theirs_scale = engine(weight.data, weight.scale, [128, 128])
-    ours_q, ours_scale = requantize_per_tensor(block_dequantize(weight.data, weight.scale), fmt)
-    assert ours_q.dtype == theirs_q.dtype == fmt.dtype
-    assert torch.equal(bits(ours_q), bits(theirs_q))
-    assert ours_scale.dtype == theirs_scale.dtype == torch.float32
-    assert torch.equal(bits(ours_scale), bits(theirs_scale))
 
 
 @settings(max_examples=25, deadline=None)
@@ -89,60 +35,11 @@ def test_per_tensor_requant_round_trips_within_half_a_step(seed, rows, cols, spr
     codes, scale = requantize_per_tensor(values, fmt)
     decoded = fmt.decode(codes)
     bound = 224.0 if fmt is md.E4M3FNUZ else fmt.max
-    assert decoded.abs().max().item() <= bound
+    assert decoded.abs().max().item() == bound
     scaled = values * torch.reciprocal(scale)
     # Half an fp8 step at |x| (3 mantissa bits), from the step of the binade the scaled value lies in.
     step = torch.exp2(torch.floor(torch.log2(scaled.abs().clamp(min=fmt.min_subnormal * 8))) - 3)
     assert ((decoded - scaled).abs() <= step / 2 * (1 + 2**-20) + 1e-30).all()
-
-
-def test_bf16_weights_are_vllms_scaled_dequantize(wheel_dir):
-    """vLLM 0.33.0 derives W_UK / W_UV from get_and_maybe_dequant_weights(kv_b_proj, act_dtype): for a
-    block-FP8 weight that is scaled_dequantize(..., out_dtype=bf16), then split_kv_b_proj's views."""
-    fns = load(
-        "vllm",
-        VLLM_QUANT_UTILS,
-        ["group_broadcast", "prep_scale_for_group_broadcast", "scaled_dequantize"],
-        wheel_dir,
-        GroupShape=list,  # only named by an annotation; the block size is passed as vLLM's layer holds it
-    )
-    heads, nope, v_dim, lora = 4, 128, 128, 256
-    weight = block_weight(heads * (nope + v_dim), lora, md.E4M3FN, seed=1)
-    vllm = fns["scaled_dequantize"](weight.data, weight.scale, group_shape=[128, 128], out_dtype=torch.bfloat16)
-    ours = build_absorbed_weights(block_dequantize(weight.data, weight.scale), heads, nope, v_dim, lora, "bf16")
-    # split_kv_b_proj: weight.T viewed (Lkv, heads, P + V), split into W_UK (Lkv, h, P) and W_UV (Lkv, h, V).
-    per_head = vllm.T.reshape(lora, heads, nope + v_dim)
-    assert torch.equal(bits(ours.w_uk.permute(2, 0, 1).to(torch.bfloat16)), bits(per_head[..., :nope]))
-    assert torch.equal(bits(ours.w_uv.permute(2, 0, 1).to(torch.bfloat16)), bits(per_head[..., nope:]))
-
-
-def test_bf16_weights_are_sglangs_cuda_dequant_too(wheel_dir):
-    """SGLang 0.5.23 on CUDA (no DeepGEMM BMM) builds w_kc / w_vc with block_quant_dequant(..., bf16)."""
-    dequant = load("sglang", SGLANG_FP8_UTILS, ["block_quant_dequant"], wheel_dir)["block_quant_dequant"]
-    heads, nope, v_dim, lora = 2, 128, 128, 256
-    weight = block_weight(heads * (nope + v_dim), lora, md.E4M3FN, seed=4)
-    theirs = dequant(weight.data, weight.scale, [128, 128], torch.bfloat16)
-    ours = build_absorbed_weights(block_dequantize(weight.data, weight.scale), heads, nope, v_dim, lora, "bf16")
-    full = torch.cat((ours.w_uk, ours.w_uv), dim=1).reshape(theirs.shape)
-    assert torch.equal(bits(full.to(torch.bfloat16)), bits(theirs))
-
-
-def test_fp8_weights_multiplied_as_sglangs_bf16_fallback(wheel_dir):
-    """Without aiter's FP8 BMM, SGLang multiplies ``_absorb_weight_bf16(w_kc, w_scale)``: the per-tensor
-    codes in bf16 times the scale, a bf16 result."""
-    absorb_bf16 = load("sglang", SGLANG_ROCM_MLA, ["_absorb_weight_bf16"], wheel_dir)["_absorb_weight_bf16"]
-    engine = sglang_requant(wheel_dir, fnuz=False)
-    heads, nope, v_dim, lora = 2, 128, 128, 256
-    weight = block_weight(heads * (nope + v_dim), lora, md.E4M3FN, seed=2)
-    codes, scale = engine(weight.data, weight.scale, [128, 128])
-    theirs = absorb_bf16(codes, scale)
-    assert theirs.dtype == torch.bfloat16
-    ours = build_absorbed_weights(
-        block_dequantize(weight.data, weight.scale), heads, nope, v_dim, lora, "fp8-per-tensor", fmt=md.E4M3FN
-    )
-    full = torch.cat((ours.w_uk, ours.w_uv), dim=1).reshape(heads * (nope + v_dim), lora)
-    assert torch.equal(bits(full.to(torch.bfloat16)), bits(theirs))
-    assert torch.equal(full, full.to(torch.bfloat16).to(torch.float32))  # the values are bf16
 
 
 @pytest.fixture(scope="module")
