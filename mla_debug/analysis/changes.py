@@ -206,18 +206,12 @@ def setting_changes(scenario: Scenario) -> list[Change]:
                 changed = scenario.with_settings({name: value})
             except ValueError:  # a setting change on a scenario changed after it was resolved
                 return []
-            if _effective(changed) == _effective(scenario):
+            if changed.effective_fields() == scenario.effective_fields():
                 continue
             text = declared.text(value)
             what = "environment variable" if declared.kind is SettingKind.ENV else "server argument"
             changes.append(Change(SET_SETTING, name, f"setting {text} ({what})", text, value))
     return changes
-
-
-def _effective(scenario: Scenario) -> tuple:
-    """The fields of a scenario that decide what runs."""
-    keys = ("priority", "preshuffled_first", "disabled", "overrides", "kernel_options", "behaviour", "tuned_path")
-    return tuple(getattr(scenario, key) for key in keys)
 
 
 def _kernel_disables(scenario: Scenario, kernels: dict[str, KernelChoice]) -> list[Change]:

@@ -18,6 +18,8 @@ from .rules import Rule, apply_rules
 from .settings import Setting, parse_settings, settings_in_effect
 from .sources import Engine
 
+_EFFECTIVE = ("priority", "preshuffled_first", "disabled", "overrides", "kernel_options", "behaviour", "tuned_path")
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -45,7 +47,7 @@ class Scenario:
     behaviour: ModelBehaviour = field(default_factory=ModelBehaviour)
     tuned_path: str | tuple[str, ...] | None = None
     # The upstream change this scenario models ("vLLM PR #51692"), and the scenario that models the
-    # upstream change known to fix it (a built-in name). Triage runs the fix to say whether it restores.
+    # upstream change known to fix it (a named scenario). Triage runs the fix to say whether it restores.
     upstream: str = ""
     fixed_by: str = ""
     engine: Engine | None = None
@@ -188,11 +190,14 @@ class Scenario:
         _, chosen = parse_settings(where, dict(values), self.settings, self.chosen)
         return replace(self, chosen=chosen)
 
+    def effective_fields(self) -> tuple:
+        """The fields that decide what runs (kernel choice and model behaviour), for comparing two
+        resolved scenarios regardless of their names, descriptions and records."""
+        return tuple(getattr(self, key) for key in _EFFECTIVE)
+
     def _drifted(self) -> bool:
         """Whether this resolved scenario's fields differ from a fresh resolution of its origin."""
-        fresh = self.origin.resolve(self.resolved_on)
-        keys = ("priority", "preshuffled_first", "disabled", "overrides", "kernel_options", "behaviour", "tuned_path")
-        return any(getattr(self, key) != getattr(fresh, key) for key in keys)
+        return self.effective_fields() != self.origin.resolve(self.resolved_on).effective_fields()
 
     def policy(self, plat: Platform | str, tuned: TunedTable | None = None) -> KernelPolicy:
         """The KernelPolicy this scenario uses on `plat` (that of its resolution there)."""
