@@ -52,6 +52,11 @@ def add_scenario(parser: argparse.ArgumentParser, default: str = "vllm-pr51692",
         f"or .yml/.yaml/.json scenario file{'s' if several else ''}{shared} (default: {default}); "
         "`mla-debug scenarios` lists them",
     )
+    add_settings(parser)
+
+
+def add_settings(parser: argparse.ArgumentParser) -> None:
+    """`--set NAME=VALUE` (repeatable): a setting an engine profile declares (`parse_settings` reads them)."""
     parser.add_argument(
         "--set",
         action="append",

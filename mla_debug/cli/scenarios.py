@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from .args import add_platform
+from .args import add_platform, add_settings
 from .table import print_columns
 
 
@@ -37,14 +37,7 @@ def add_parser(sub) -> None:
     )
     show.add_argument("scenario", metavar="NAME_OR_FILE", help="a named scenario or a scenario file")
     add_platform(show)
-    show.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        dest="settings",
-        help="set a declared setting of the profile (repeatable), e.g. VLLM_ROCM_USE_AITER=1",
-    )
+    add_settings(show)
     show.set_defaults(func=_cmd_show)
 
 
