@@ -45,10 +45,6 @@ def named_listing() -> str:
     return text
 
 
-def is_named(name: str) -> bool:
-    return name in builtin_names() or name in profile_names()
-
-
 def named_scenario(name: str) -> Scenario:
     """The built-in scenario or engine profile called `name`; ValueError listing the valid names
     (and, when the data folder is missing, where it was looked for) otherwise."""
