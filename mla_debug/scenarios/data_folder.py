@@ -37,9 +37,15 @@ def data_folder() -> Path:
 
 def engine_profile_files() -> dict[str, Path]:
     """The engine profiles shipped as data: name (the file's stem) -> ``data/engines/NAME.yaml``, sorted
-    by name. The hazard examples under ``engines/hazards/`` are files to pass by path, not names."""
+    by name; ValueError when two files share a stem. The hazard examples under ``engines/hazards/`` are
+    files to pass by path, not names."""
     folder = data_folder() / ENGINES
     if not folder.is_dir():
         return {}
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in (".yaml", ".yml"))
-    return {path.stem: path for path in files}
+    named: dict[str, Path] = {}
+    for path in files:
+        if path.stem in named:
+            raise ValueError(f"{folder}: {named[path.stem].name} and {path.name} both name the profile {path.stem!r}")
+        named[path.stem] = path
+    return named

@@ -29,10 +29,10 @@ def builtin_names() -> list[str]:
 
 def profile_names() -> list[str]:
     """The engine profiles in the data folder (``data/engines/*.yaml``), sorted; none when there is no
-    data folder (`md.scenario` then says where it looked)."""
+    data folder or two files share a name (`md.scenario` then says why), so a help text always prints."""
     try:
         return list(engine_profile_files())
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         return []
 
 

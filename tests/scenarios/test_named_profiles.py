@@ -66,6 +66,13 @@ def test_a_profile_names_itself_after_its_file(data):
         md.scenario("other")
 
 
+def test_two_files_of_one_name_are_refused(data):
+    (data / "engines" / "toy-engine.yml").write_text("name: toy-engine\n")
+    assert profile_names() == []  # a help text still prints
+    with pytest.raises(ValueError, match="toy-engine.yaml and toy-engine.yml both name the profile 'toy-engine'"):
+        md.scenario("toy-engine")
+
+
 def test_a_base_chain_that_loops_is_refused(data):
     (data / "engines" / "a.yaml").write_text(yaml.safe_dump({"name": "a", "base": "b"}))
     (data / "engines" / "b.yaml").write_text(yaml.safe_dump({"name": "b", "base": "a"}))
