@@ -17,6 +17,7 @@ from mla_debug.scenarios import ModelBehaviour
 from mla_debug.scenarios.behaviour import CHOICES
 
 BUILTIN = ["reference", "vllm-baseline", "vllm-pr51692", "vllm-pr56433", "nvidia-cublas"]
+SOURCE = md.scenarios.Source("vllm", "0.33.0", "vllm/envs.py", "VLLM_ROCM_USE_AITER")
 EMBEDDED = md.kernels.TunedTable.embedded()
 REGISTRY = f"registered kernels: {', '.join(md.kernels.kernel_names())}"
 BEHAVIOUR_FIELDS = (
@@ -26,8 +27,9 @@ BEHAVIOUR_FIELDS = (
 )
 VALID_KEYS = (
     "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned, "
-    "upstream, fixed_by"
+    "upstream, fixed_by, engine, settings, rules"
 )
+NAMED = f"{', '.join(BUILTIN)} (built-in), {', '.join(md.scenarios.profile_names())} (engine profiles in data/engines/)"
 
 IGNORE_FLAGS_YAML = """\
 # vLLM PR #51692's kernel choice, written by hand: the preshuffled GEMM first, layer flags ignored.
@@ -57,10 +59,7 @@ def test_scenario_names_are_the_builtins_and_unknown_names_list_them():
     assert "scenario_names" in md.scenarios.__all__
     with pytest.raises(ValueError) as err:
         md.scenario("nope")
-    assert str(err.value) == (
-        "unknown scenario 'nope'; valid: reference, vllm-baseline, vllm-pr51692, vllm-pr56433, nvidia-cublas "
-        "(or a .yml/.yaml/.json scenario file)"
-    )
+    assert str(err.value) == f"unknown scenario 'nope'; valid: {NAMED} (or a .yml/.yaml/.json scenario file)"
 
 
 @pytest.mark.parametrize("name", BUILTIN)
@@ -95,11 +94,28 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
         tuned_path=str(csv_path),
         upstream="vLLM PR #51692 plus a local patch",
         fixed_by="vllm-pr56433",
+        engine=md.scenarios.Engine("vLLM", "0.33.0+local"),
+        settings={"USE_X": md.scenarios.Setting("USE_X", md.scenarios.SettingKind.ENV, "0", ("0", "1"), "x", SOURCE)},
+        chosen={"USE_X": "1"},
+        rules=(
+            md.scenarios.Rule(
+                "x-on",
+                "X on",
+                md.scenarios.When(vendor=("amd",), settings=(("USE_X", ("1",)),)),
+                {"priority": ["aiter-blockscale", "torch-reference"]},
+                SOURCE,
+            ),
+        ),
     )
-    # Precondition: every field but priority (checked below; it excludes preshuffled_first) is non-default,
-    # and so is every behaviour field.
+    # Precondition: every field but priority (checked below; it excludes preshuffled_first) and the three a
+    # resolution sets (never written to a file) is non-default, and so is every behaviour field.
     default = md.Scenario("d", "")
-    assert [f for f in md.Scenario.__dataclass_fields__ if getattr(full, f) == getattr(default, f)] == ["priority"]
+    assert [f for f in md.Scenario.__dataclass_fields__ if getattr(full, f) == getattr(default, f)] == [
+        "priority",
+        "resolution",
+        "origin",
+        "resolved_on",
+    ]
     assert [f.name for f in fields(ModelBehaviour) if getattr(full.behaviour, f.name) == f.default] == []
     path = tmp_path / "everything.yaml"
     path.write_text(yaml.safe_dump(full.to_dict()))
@@ -206,7 +222,7 @@ def test_scenario_accepts_a_dict_and_a_scenario():
         ({}, "scenario: a scenario needs a name: give the key 'name' (or pass name=...)"),
         (
             {"name": "x", "base": "vllm-pr99999"},
-            "scenario 'x': base 'vllm-pr99999' is not a built-in scenario; valid: " + ", ".join(BUILTIN),
+            f"scenario 'x': base: unknown scenario 'vllm-pr99999'; valid: {NAMED} (or a .yml/.yaml/.json scenario file)",
         ),
         (["name", "x"], f"scenario: a scenario must be a mapping of keys {VALID_KEYS}, got list"),
     ],
@@ -261,9 +277,8 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
         ),
         (
             "behaviour",
-            {"absorbed_bmm": "fp8-group-quant"},
-            "behaviour: absorbed_bmm='fp8-group-quant' multiplies per-tensor FP8 weights: it needs "
-            "absorbed_weight_dtype='fp8-per-tensor', not 'fp32'",
+            {"absorbed_bmm": "fp8"},
+            "'behaviour.absorbed_bmm' must be one of 'dequantized', 'fp8-group-quant', got 'fp8' (str)",
         ),
         (
             "kernel_options",
@@ -290,15 +305,11 @@ def test_wrong_types_name_the_key_the_value_and_the_expected_type(key, value, me
     assert str(err.value).startswith(f"scenario 'x': {message}")
 
 
-def test_behaviour_choices_combine_with_the_bases_and_are_checked_together():
-    """A file may set the FP8 BMM when its base (or the file) gives FP8 weights; a ModelBehaviour built in
-    Python is held to the same rules."""
-    base = md.Scenario.from_dict({"name": "b", "behaviour": {"absorbed_weight_dtype": "fp8-per-tensor"}})
-    both = md.Scenario.from_dict(
-        {"name": "x", "behaviour": {"absorbed_weight_dtype": "fp8-per-tensor", "absorbed_bmm": "fp8-group-quant"}}
-    )
-    assert (both.behaviour.absorbed_weight_dtype, both.behaviour.absorbed_bmm) == ("fp8-per-tensor", "fp8-group-quant")
-    assert base.behaviour.absorbed_bmm == "dequantized"
+def test_behaviour_fields_are_independent_and_checked_in_python_too():
+    """A file (or a profile's rule) may set any one field alone, in any order - the FP8 BMM without the
+    FP8 weights it multiplies included; a ModelBehaviour built in Python is checked like a file."""
+    alone = md.Scenario.from_dict({"name": "b", "behaviour": {"absorbed_bmm": "fp8-group-quant"}})
+    assert (alone.behaviour.absorbed_weight_dtype, alone.behaviour.absorbed_bmm) == ("fp32", "fp8-group-quant")
     with pytest.raises(ValueError, match="load_order='sideways' is not one of 'standard', 'remote-kv'"):
         ModelBehaviour(load_order="sideways")
     with pytest.raises(ValueError, match="v3_fused_norm_quant='yes' must be a bool"):
@@ -480,13 +491,15 @@ def test_missing_files_and_other_types(tmp_path):
         md.scenario(123)
 
 
-def test_fixed_by_names_a_built_in_scenario():
+def test_fixed_by_names_a_named_scenario():
     assert md.scenario("vllm-pr51692").fixed_by == "vllm-pr56433"
     assert md.scenario("vllm-pr51692").to_dict()["fixed_by"] == "vllm-pr56433"
     assert "fixed_by" not in md.scenario("vllm-pr56433").to_dict()  # written only when set
     with pytest.raises(ValueError) as err:
         md.Scenario.from_dict({"name": "x", "fixed_by": "my-fix"})
-    assert str(err.value) == f"scenario 'x': fixed_by 'my-fix' is not a built-in scenario; valid: {', '.join(BUILTIN)}"
+    assert str(err.value) == (
+        f"scenario 'x': fixed_by: unknown scenario 'my-fix'; valid: {NAMED} (or a .yml/.yaml/.json scenario file)"
+    )
     with pytest.raises(ValueError, match="'upstream' must be a string"):
         md.Scenario.from_dict({"name": "x", "upstream": 56433})
 

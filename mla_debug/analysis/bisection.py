@@ -17,8 +17,9 @@ preferred. What keeps it fast without changing that answer:
   there are bitwise the same and the set diverges there too. "Read" is recorded per step while the
   run executes (which linears each step looked up), so the proof needs no list of which step uses
   which layer. A model-side behaviour change is always assumed to matter;
-- the search for configuration workarounds (kernel disables) is separate and tiny: one candidate per
-  kernel that ran.
+- the search for configuration workarounds (kernel disables, and for an engine profile its declared
+  environment variables and server arguments set to another allowed value) is separate and tiny: one
+  candidate per kernel that ran and per setting value that changes the resolved scenario.
 
 Every remedy reported was verified by actually running the changed scenario at that configuration.
 """
@@ -36,6 +37,7 @@ from ..scenarios import Scenario
 from ..scenarios import scenario as scenario_of
 from .changes import (
     KERNEL_TO_REFERENCE,
+    SET_SETTING,
     Change,
     RemedyKind,
     apply_all,
@@ -86,7 +88,8 @@ class Remedy:
 
     @property
     def setting(self) -> str | None:
-        """What a user sets for a workaround, e.g. ``VLLM_DISABLED_KERNELS=AiterPreshuffledFp8BlockScaledMMKernel``."""
+        """What a user sets for a workaround, e.g. ``VLLM_DISABLED_KERNELS=AiterPreshuffledFp8BlockScaledMMKernel``
+        or, for an engine profile's declared setting, ``VLLM_ROCM_USE_AITER=0``."""
         return env_setting(self.changes)
 
     def to_dict(self) -> dict:
@@ -252,7 +255,9 @@ class Bisector:
     """Bisects diverged configurations of one scenario on one Workbench; counts what it cost."""
 
     def __init__(self, bench, scen: Scenario, factor: float = DIVERGENCE_FACTOR, progress: bool | None = None):
-        self.bench, self.scen, self.factor, self.progress = bench, scen, factor, progress
+        # Changes replace fields of the resolved scenario (an engine profile's rules applied for the
+        # bench's platform); a setting change re-resolves the profile it came from (`changes.Change`).
+        self.bench, self.scen, self.factor, self.progress = bench, scen.resolve(bench.platform), factor, progress
         self.stats = BisectStats()
         # Every set not tried because one of its changes provably cannot matter: (tp, mode, the set,
         # the step where it diverges like the smaller set it was proved equal to up to there).
@@ -286,7 +291,7 @@ class Bisector:
             return True
         try:
             before = self.bench.linear_keys(apply_all(self.scen, sorted(base, key=repr)), tp)
-            after = self.bench.linear_keys(change.apply(apply_all(self.scen, sorted(base, key=repr))), tp)
+            after = self.bench.linear_keys(apply_all(self.scen, [*sorted(base, key=repr), change]), tp)
         except ValueError:
             return True
         if before is None or after is None:
@@ -299,6 +304,8 @@ class Bisector:
         for size in range(1, min(max_size, len(pool)) + 1):
             plan = []
             for combo in itertools.combinations(pool, size):
+                if _sets_one_setting_twice(combo):
+                    continue  # the later value would simply win: the set is one of its members
                 members = frozenset(combo)
                 parent = next(
                     (members - {c} for c in combo if not self._matters(c, members - {c}, known[members - {c}], tp)),
@@ -352,7 +359,7 @@ class Bisector:
             work = self._search(disables, base, tp, mode, MAX_DISABLES, bar)
             known = None
             if scen.fixed_by:
-                fix = scenario_of(scen.fixed_by)
+                fix = scenario_of(scen.fixed_by).resolve(bench.platform)
                 bar.total = (bar.total or 0) + 1
                 outcome = self.outcome(fix, tp, mode)
                 self.stats.trials += 1
@@ -384,6 +391,11 @@ class Bisector:
             violations=list(at_first),
             trials=self.stats.trials - trials_before,
         )
+
+
+def _sets_one_setting_twice(combo) -> bool:
+    targets = [c.target for c in combo if c.kind == SET_SETTING]
+    return len(targets) != len(set(targets))
 
 
 def _swaps(combo) -> int:

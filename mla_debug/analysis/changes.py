@@ -6,7 +6,9 @@ Two kinds of remedy, searched separately because a user acts on them differently
   model-side fix (`BEHAVIOUR_FIXES`: a behaviour field set to the value that restores, per model
   family), or (to localise the fault) run one layer through the reference kernel;
 - configuration workarounds: what a user can set tonight without touching code - disable a kernel the
-  way ``VLLM_DISABLED_KERNELS`` does, so the next kernel in vLLM's priority list takes its layers.
+  way ``VLLM_DISABLED_KERNELS`` does, so the next kernel in vLLM's priority list takes its layers, or,
+  under an engine profile, give one of its declared environment variables or server arguments another
+  allowed value (``VLLM_ROCM_USE_AITER=0``), which re-resolves the profile's rules.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from enum import Enum
 from ..kernels import KernelChoice, kernel_class, kernel_names
 from ..kernels.choice import DENSE
 from ..layouts import ContractViolation, ViolationKind
-from ..scenarios import Scenario
+from ..scenarios import Scenario, SettingKind
 
 KERNEL_TO_REFERENCE = "kernel-to-reference"
 HONOUR_FLAGS = "honour-flags"
 BEHAVIOUR = "behaviour"
 DISABLE_KERNEL = "disable-kernel"
+SET_SETTING = "set-setting"
 
 DISABLED_KERNELS_ENV = "VLLM_DISABLED_KERNELS"
 
@@ -51,7 +54,8 @@ class BehaviourFix:
         )
 
     def change(self) -> Change:
-        return Change(BEHAVIOUR, self.field, self.description, value=self.value)
+        # A bool switched on carries no value: the change reads (and serializes) as it always has.
+        return Change(BEHAVIOUR, self.field, self.description, value=None if self.value is True else self.value)
 
 
 # Model-side fixes bisection may try, in the order it tries them (DeepSeek-V4's first two as before).
@@ -95,26 +99,33 @@ class RemedyKind(str, Enum):
     """How a user applies a set of changes."""
 
     CODE_FIX = "code-fix"  # a change to the serving engine's code
-    WORKAROUND = "workaround"  # a setting a user can apply now (an environment variable)
+    WORKAROUND = "workaround"  # a setting a user can apply now (an environment variable, a server argument)
 
 
 @dataclass(frozen=True)
 class Change:
     """One change to a scenario: swap one layer's kernel to the reference, honour the direct-read flags,
-    set one model-side behaviour field (`target`) to `value`, or disable one kernel (``setting`` then
-    holds the vLLM class name that ``VLLM_DISABLED_KERNELS`` takes, when the kernel has one)."""
+    set one model-side behaviour field (``target``) to ``value``, disable one kernel (``setting`` then
+    holds the vLLM class name that ``VLLM_DISABLED_KERNELS`` takes, when the kernel has one), or set one
+    declared setting of an engine profile (``target`` the setting, ``value`` its new value, ``setting``
+    how a user writes it)."""
 
     kind: str
     target: str
     description: str
     setting: str | None = None
-    value: BehaviourValue = True  # only for BEHAVIOUR changes
+    # The behaviour field's new value (None: True, a switched-on bool field) or the setting's new value.
+    value: BehaviourValue | None = None
 
     @property
     def remedy(self) -> RemedyKind:
-        return RemedyKind.WORKAROUND if self.kind == DISABLE_KERNEL else RemedyKind.CODE_FIX
+        return RemedyKind.WORKAROUND if self.kind in (DISABLE_KERNEL, SET_SETTING) else RemedyKind.CODE_FIX
 
     def apply(self, scenario: Scenario) -> Scenario:
+        if self.kind == SET_SETTING:
+            # Re-resolves the profile the scenario was resolved from: apply_all sets settings first.
+            changed = scenario.with_settings({self.target: self.value})
+            return replace(changed, name=f"{scenario.name}[{self.setting}]")
         if self.kind == KERNEL_TO_REFERENCE:
             return replace(
                 scenario,
@@ -131,11 +142,13 @@ class Change:
                 name=f"{scenario.name}-{self.target}",
                 disabled=tuple(dict.fromkeys((*scenario.disabled, self.target))),
             )
-        behaviour = replace(scenario.behaviour, **{self.target: self.value})
-        suffix = self.target if self.value is True else f"{self.target}={self.value}"
+        value = True if self.value is None else self.value
+        behaviour = replace(scenario.behaviour, **{self.target: value})
+        suffix = self.target if value is True else f"{self.target}={value}"
         return replace(scenario, name=f"{scenario.name}+{suffix}", behaviour=behaviour)
 
     def to_dict(self) -> dict:
+        """Plain data; ``value`` is written for a setting change and a behaviour change that has one."""
         out = {
             "kind": self.kind,
             "target": self.target,
@@ -143,18 +156,20 @@ class Change:
             "setting": self.setting,
             "remedy": self.remedy.value,
         }
-        if self.kind == BEHAVIOUR:
+        if self.value is not None:
             out["value"] = self.value
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Change:
-        # Files written before behaviour changes carried a value only switched bool fields on.
-        return cls(data["kind"], data["target"], data["description"], data.get("setting"), data.get("value", True))
+        return cls(data["kind"], data["target"], data["description"], data.get("setting"), data.get("value"))
 
 
 def apply_all(scenario: Scenario, changes) -> Scenario:
-    for change in changes:
+    """`scenario` with every change applied: setting changes first (each re-resolves the engine profile,
+    which would drop a field change made before it), the rest in the order given."""
+    changes = list(changes)
+    for change in [c for c in changes if c.kind == SET_SETTING] + [c for c in changes if c.kind != SET_SETTING]:
         scenario = change.apply(scenario)
     return scenario
 
@@ -165,11 +180,17 @@ def describe(changes) -> str:
 
 
 def env_setting(changes) -> str | None:
-    """``VLLM_DISABLED_KERNELS=A,B`` for a set of kernel disables that all have vLLM class names."""
+    """What a user sets for a set of workaround changes: ``VLLM_DISABLED_KERNELS=A,B`` for kernel
+    disables that all have vLLM class names, each setting change as written (``VLLM_ROCM_USE_AITER=0``,
+    ``--fp8-gemm-backend triton``), joined by spaces; None when some change is no setting."""
+    changes = list(changes)
+    texts = [c.setting for c in changes if c.kind == SET_SETTING]
     names = [c.setting for c in changes if c.kind == DISABLE_KERNEL]
-    if not names or len(names) != len(changes) or None in names:
+    if not changes or len(texts) + len(names) != len(changes) or None in names or None in texts:
         return None
-    return f"{DISABLED_KERNELS_ENV}={','.join(names)}"
+    if names:
+        texts.append(f"{DISABLED_KERNELS_ENV}={','.join(names)}")
+    return " ".join(texts)
 
 
 def _runners_as(kernel: str, used: set[str]) -> list[str]:
@@ -209,10 +230,49 @@ def candidate_changes(scenario: Scenario, kernels: dict[str, KernelChoice], cfg)
 
 
 def candidate_workarounds(scenario: Scenario, kernels: dict[str, KernelChoice]) -> list[Change]:
-    """One kernel disable per kernel that took a layer in this run (what VLLM_DISABLED_KERNELS does).
+    """One kernel disable per kernel that took a layer in this run (what VLLM_DISABLED_KERNELS does),
+    then, for a resolved engine profile, every declared environment variable or server argument set to
+    another allowed value that changes the resolved scenario (`setting_changes`).
 
-    A stand-in is disabled through the kernel it stands in for - the name a vLLM user would write.
+    A stand-in is disabled through the kernel it stands in for - the name a vLLM user would write. An
+    engine profile of another engine than vLLM gets no kernel disables: VLLM_DISABLED_KERNELS is vLLM's.
     """
+    changes = [] if _engine_without_kernel_disables(scenario) else _kernel_disables(scenario, kernels)
+    return changes + setting_changes(scenario)
+
+
+def _engine_without_kernel_disables(scenario: Scenario) -> bool:
+    engine = scenario.resolution.engine if scenario.resolution is not None else scenario.engine
+    return engine is not None and engine.name.lower() != "vllm"
+
+
+def setting_changes(scenario: Scenario) -> list[Change]:
+    """For a resolved engine profile: each declared env or arg setting set to each other allowed value,
+    kept when the re-resolved scenario differs in what runs (kernel choice fields or model behaviour).
+    Facts (the HIP version) are the machine's, not a user's to change, and are never proposed."""
+    if scenario.resolution is None or scenario.origin is None:
+        return []
+    current = scenario.setting_values()
+    changes = []
+    for name, declared in scenario.settings.items():
+        if not declared.kind.settable:
+            continue
+        for value in declared.values:
+            if value == current[name]:
+                continue
+            try:
+                changed = scenario.with_settings({name: value})
+            except ValueError:  # a setting change on a scenario changed after it was resolved
+                return []
+            if changed.effective_fields() == scenario.effective_fields():
+                continue
+            text = declared.text(value)
+            what = "environment variable" if declared.kind is SettingKind.ENV else "server argument"
+            changes.append(Change(SET_SETTING, name, f"setting {text} ({what})", text, value))
+    return changes
+
+
+def _kernel_disables(scenario: Scenario, kernels: dict[str, KernelChoice]) -> list[Change]:
     changes = []
     for ran in dict.fromkeys(choice.kernel for choice in kernels.values()):
         if ran in _NOT_CANDIDATES or ran not in kernel_names():

@@ -254,12 +254,13 @@ class LayerCache:
     # -- selection without building ------------------------------------------------------------------
     def tuned(self, scen: Scenario) -> TunedTable:
         """The scenario's tuned table, read once per triage (not once per trial)."""
-        key = scen.tuned_path
+        key = scen.resolve(self.platform).tuned_path
         if key not in self._tuned:
             self._tuned[key] = TunedTable.from_csv(key) if key else TunedTable.default()
         return self._tuned[key]
 
     def policy(self, scen: Scenario) -> KernelPolicy:
+        scen = scen.resolve(self.platform)
         key = _scenario_key(scen)
         if key not in self._policies:
             self._policies[key] = scen.policy(self.platform, tuned=self.tuned(scen))
@@ -267,7 +268,9 @@ class LayerCache:
 
     def selection(self, scen: Scenario, tp: int) -> dict[str, tuple[tuple, ModelBehaviour | None, KernelChoice]]:
         """Per linear: (kernel config, model-side behaviour it depends on, the KernelChoice), as a load
-        would choose them, without loading anything. Raises ValueError when no kernel can take a linear."""
+        would choose them, without loading anything. Raises ValueError when no kernel can take a linear.
+        An engine profile is resolved on the cache's platform first, like every method here does."""
+        scen = scen.resolve(self.platform)
         key = (_scenario_key(scen), tp)
         if key in self._selections:
             return self._selections[key]
@@ -291,6 +294,7 @@ class LayerCache:
     def effective_key(self, scen: Scenario, tp: int) -> tuple:
         """What a run's numbers depend on besides TP size and mode: every linear's kernel configuration
         and the model behaviour. Two scenarios with one key give bitwise identical runs."""
+        scen = scen.resolve(self.platform)
         selection = self.selection(scen, tp)
         return (tp, scen.behaviour, tuple((name, kernel) for name, (kernel, _, _) in selection.items()))
 

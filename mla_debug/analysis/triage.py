@@ -19,7 +19,7 @@ from ..model import Checkpoint, MLAConfig
 from ..model.preflight import check_layer_options
 from ..parallel import MLALayer, Patch, check_device
 from ..parallel.observe import RunDescription, announce, parts_of_one_result
-from ..scenarios import SCENARIOS, Scenario
+from ..scenarios import SCENARIOS, Resolution, Scenario
 from ..scenarios import scenario as scenario_of
 from .bisection import Bisector, BisectStats, Culprit, CulpritGroup, KnownFix, Remedy, group_culprits, progress_bar
 from .diff import RunDiff, block_errors, compare, diverges
@@ -285,6 +285,9 @@ class TriageResult:
     provenance: Provenance | None = None
     bisection: BisectStats = field(default_factory=BisectStats)
     patching: dict[tuple[int, str], PatchConfirmation] = field(default_factory=dict)
+    # How an engine profile was resolved on the platform (engine, settings in effect, rules applied);
+    # None for a scenario that is no profile.
+    profile: Resolution | None = None
     _report: TriageReport | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -348,7 +351,7 @@ class TriageResult:
         return self._report
 
     def to_dict(self) -> dict:
-        """The report's JSON data (schema 3; see `analysis.report`)."""
+        """The report's JSON data (schema 4; see `analysis.report`)."""
         return self.report().to_dict()
 
     def to_json(self, path) -> Path:
@@ -404,7 +407,8 @@ def triage(
     device: str | None = None,
     patching: bool = True,
 ) -> TriageResult:
-    """Run the layer at every TP size and mode under `scenario`; see TriageResult.
+    """Run the layer at every TP size and mode under `scenario` (an engine profile is resolved on the
+    platform first: `Scenario.resolve`); see TriageResult.
 
     Pass a `Workbench` to reuse its checkpoint, inputs, truth and reference runs across scenarios
     (tokens default to 16 without one). Needs only the CPU; `device` ("cpu" or "cuda") defaults to the GPU
@@ -435,6 +439,9 @@ def triage(
     with parts_of_one_result():
         if bench is None:
             bench = Workbench(model, platform, 16 if tokens is None else tokens, seed, checkpoint, device=device)
+        # An engine profile becomes a plain scenario for this platform here, so every run and every
+        # bisection change below acts on resolved fields (a change replaces fields; rules would undo it).
+        scen = scen.resolve(bench.platform)
         configs, traces = [], {}
         with progress_bar(len(tp_sizes) * len(modes), progress, f"triage {bench.cfg.name} {scen.name}") as bar:
             for tp in tp_sizes:
@@ -472,5 +479,6 @@ def triage(
             provenance=collect(bench, scen, factor),
             bisection=bisector.stats,
             patching=patched,
+            profile=scen.resolution,
         )
     return announce(result)

@@ -1,5 +1,5 @@
 """The options several subcommands share, defined once so that `--model`, `--platform`, `--scenario`,
-`--tp`, `--tokens`, `--seed`, `--device` and `--checkpoint` mean and say the same thing everywhere.
+`--set`, `--tp`, `--tokens`, `--seed`, `--device` and `--checkpoint` mean and say the same thing everywhere.
 
 Each function adds one option to a parser; a subcommand passes only what differs (its default, whether
 it takes one value or several). The lists of valid names come from the registries at parser-build time,
@@ -36,18 +36,57 @@ def add_platform(parser: argparse.ArgumentParser, default: str = "mi355x") -> No
 
 
 def add_scenario(parser: argparse.ArgumentParser, default: str = "vllm-pr51692", several: bool = False) -> None:
-    from ..scenarios import scenario_names
+    """`--scenario` (one or several) and `--set`, which sets the declared settings of engine profiles."""
+    from ..scenarios import profile_names, scenario_names
 
-    what = "built-in scenarios" if several else "a built-in scenario"
+    what = "named scenarios" if several else "a named scenario"
     shared = "; several share one set of reference runs" if several else ""
+    profiles = profile_names()
+    releases = f"; engine profiles of releases: {', '.join(profiles)}" if profiles else ""
     parser.add_argument(
         "--scenario",
         nargs="+" if several else None,
         default=[default] if several else default,
         metavar="NAME_OR_FILE",
-        help=f"{what} ({', '.join(scenario_names())}) or .yml/.yaml/.json scenario file{'s' if several else ''}"
-        f"{shared} (default: {default})",
+        help=f"{what} (built-in seed scenarios, each a vLLM pull request: {', '.join(scenario_names())}{releases}) "
+        f"or .yml/.yaml/.json scenario file{'s' if several else ''}{shared} (default: {default}); "
+        "`mla-debug scenarios` lists them",
     )
+    add_settings(parser)
+
+
+def add_settings(parser: argparse.ArgumentParser) -> None:
+    """`--set NAME=VALUE` (repeatable): a setting an engine profile declares (`parse_settings` reads them)."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        dest="settings",
+        help="set a setting an engine profile declares (an environment variable, server argument or fact, e.g. "
+        "VLLM_ROCM_USE_AITER=1); repeatable; `mla-debug scenarios show NAME` lists a profile's settings",
+    )
+
+
+def parse_settings(items: list[str]) -> dict[str, str]:
+    """``--set`` values as {name: value}; ValueError naming a malformed or repeated one."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"--set {item}: expected NAME=VALUE, e.g. --set VLLM_ROCM_USE_AITER=1")
+        if name.strip() in out:
+            raise ValueError(f"--set {item}: {name.strip()} is set twice")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def scenario_with_settings(spec: str, settings: dict[str, str]):
+    """The scenario `spec` names (`scenarios.scenario`) with `settings` set (none: the scenario as is)."""
+    from ..scenarios import scenario
+
+    scen = scenario(spec)
+    return scen.with_settings(settings) if settings else scen
 
 
 def add_tp(parser: argparse.ArgumentParser, default: int | list[int]) -> None:

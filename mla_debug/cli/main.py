@@ -3,6 +3,7 @@
 Subcommands:
   demo         the main job on built-in defaults: TP triage of DeepSeek-V3 on an MI355X (make demo)
   triage       run a layer at several TP sizes under serving scenarios; where and why it diverges, and the fix
+  scenarios    the named scenarios and engine profiles; `scenarios show NAME --platform P` resolves one
   report       show a saved triage again (summary, culprits) and draw its HTML report from the JSON alone
   layouts      byte forensics of saved tensors against a reference
   kernel-demo  the silent layout bugs of aiter's preshuffled GEMM, one GEMM at a time
@@ -20,7 +21,7 @@ import argparse
 import sys
 
 from .._version import version
-from . import checkpoint, demo, kernel_demo, kernels, layouts, profile, report, triage
+from . import checkpoint, demo, kernel_demo, kernels, layouts, profile, report, scenarios, triage
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mla-debug {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, report, profile):
+    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, scenarios, report, profile):
         command.add_parser(sub)
     return parser
 

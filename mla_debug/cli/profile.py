@@ -150,7 +150,7 @@ def run_profile(args: argparse.Namespace) -> int:
     from ..model.preflight import check_layer_options
     from ..parallel import check_device, run_layer
     from ..profiling import profile
-    from ..scenarios import scenario as scenario_of
+    from .args import parse_settings, scenario_with_settings
     from .common import check_output_folder
 
     # Everything checked before the checkpoint is built, naming the rule broken.
@@ -158,7 +158,7 @@ def run_profile(args: argparse.Namespace) -> int:
         raise ValueError(f"warmup={args.warmup} must be >= 0")
     cfg = check_layer_options(args.model, tp_sizes=[args.tp], tokens=args.tokens)
     platform_of(args.platform)
-    scen = scenario_of(args.scenario)
+    scen = scenario_with_settings(args.scenario, parse_settings(args.settings))
     check_device(args.device)
     check_output_folder(args.out, "--out")
     console = Console()

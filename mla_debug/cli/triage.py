@@ -102,11 +102,27 @@ def render(result, console: Console) -> None:
     if below:
         table = _summary_table(result, violations=False)
     console.print(table)
+    render_profile(getattr(result, "profile", None), console)
     if below:
         for row in result.summary.itertuples():
             if row.violations:
                 console.print(f"TP{row.tp} {row.mode} violations: {row.violations}", style="red", soft_wrap=True)
     render_culprits(result, console)
+
+
+def render_profile(resolution, console: Console, rules: bool = True) -> None:
+    """How an engine profile was resolved (nothing for another scenario): the engine, the settings that
+    differ from the release's defaults, and each applied rule with its source."""
+    from rich.markup import escape
+
+    from ..viz.profile import profile_heading, rule_lines
+
+    if resolution is None:
+        return
+    console.print(f"[bold]engine profile[/] {escape(profile_heading(resolution))}", soft_wrap=True)
+    if rules:
+        for line in rule_lines(resolution):
+            console.print(f"  [dim]rule[/] {escape(line)}", soft_wrap=True)
 
 
 def render_culprits(result, console: Console) -> None:
@@ -146,7 +162,7 @@ def check_args(args: argparse.Namespace) -> tuple[list, object]:
     from ..analysis.triage import workbench_device
     from ..kernels import platform as platform_of
     from ..model.preflight import check_layer_options
-    from ..scenarios import scenario as scenario_of
+    from .args import parse_settings, scenario_with_settings
     from .common import check_output_file
 
     if args.report is not None:
@@ -156,7 +172,8 @@ def check_args(args: argparse.Namespace) -> tuple[list, object]:
     if len(set(args.modes)) < len(args.modes):
         raise ValueError(f"--modes {' '.join(args.modes)}: each mode once")
     plat = platform_of(args.platform)
-    scenarios = [scenario_of(spec) for spec in args.scenario]
+    settings = parse_settings(args.settings)
+    scenarios = [scenario_with_settings(spec, settings) for spec in args.scenario]
     check_layer_options(args.model, args.checkpoint, tp_sizes=args.tp, tokens=args.tokens, layer=args.layer)
     workbench_device(args.device, plat)
     return scenarios, plat

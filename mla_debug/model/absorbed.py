@@ -49,7 +49,9 @@ by their 128x128 block scales in fp32 (`QuantizedLinear.read_direct`). What foll
       (``_triton_kernels/batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant.py``).
 
 An unquantized kv_b_proj is not re-quantized by SGLang (the branch needs an FP8 weight): under
-"fp8-per-tensor" it is multiplied as its bf16 values.
+"fp8-per-tensor" it is multiplied as its bf16 values. The FP8 BMM multiplies FP8 weights only (SGLang
+branches on ``w_kc.dtype``): with any other weights ``absorbed_bmm="fp8-group-quant"`` multiplies them
+dequantized.
 """
 
 from __future__ import annotations

@@ -98,9 +98,10 @@ class LayerBuilder:
             raise ValueError(f"checkpoint is a {ckpt.cfg.arch} layer but the config {cfg.name!r} is {cfg.arch}")
         self.cfg, self.ckpt, self.tp_size = cfg, ckpt, tp_size
         self.platform = platform(plat)
-        self.scenario = scen
+        # Everything downstream reads plain fields: an engine profile's rules are applied here, once.
+        self.scenario = scen.resolve(self.platform)
         self.dtype = dtype
-        self.policy = policy or scen.policy(self.platform)
+        self.policy = policy or self.scenario.policy(self.platform)
         self._full: dict[str, object] = {}
         self._replicated: dict[str, object] = {}
 

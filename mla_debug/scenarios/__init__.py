@@ -1,10 +1,35 @@
-"""Serving behaviours as data: the Scenario type, the built-in scenarios, scenario files, and the
-model-side behaviour flags only scenarios set."""
+"""Serving behaviours as data: the Scenario type, the built-in seed scenarios, scenario files, the
+engine profiles shipped under data/engines/ (a release's settings and rules, resolved per platform),
+and the model-side behaviour flags only scenarios set."""
 
 from __future__ import annotations
 
 from .behaviour import ModelBehaviour
 from .builtin import SCENARIOS, scenario, scenario_names
+from .data_folder import data_folder, engine_profile_files
+from .named import profile_names
+from .resolution import AppliedRule, Resolution, SettingInEffect
+from .rules import Rule, When
 from .scenario import Scenario
+from .settings import Setting, SettingKind
+from .sources import Engine, Source
 
-__all__ = ["SCENARIOS", "ModelBehaviour", "Scenario", "scenario", "scenario_names"]
+__all__ = [
+    "SCENARIOS",
+    "AppliedRule",
+    "Engine",
+    "ModelBehaviour",
+    "Resolution",
+    "Rule",
+    "Scenario",
+    "Setting",
+    "SettingInEffect",
+    "SettingKind",
+    "Source",
+    "When",
+    "data_folder",
+    "engine_profile_files",
+    "profile_names",
+    "scenario",
+    "scenario_names",
+]

@@ -61,7 +61,9 @@ class ModelBehaviour:
     absorbed_bmm: how the absorbed-decode BMMs multiply W_UK / W_UV - "dequantized" (by the weight
         values above, activations as they are) or "fp8-group-quant" (SGLang 0.5.23 with aiter on gfx95:
         aiter's ``batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant``, which
-        quantizes the activation per 1x128 group inside the kernel; needs "fp8-per-tensor").
+        quantizes the activation per 1x128 group inside the kernel). Like SGLang's own branch
+        (``rocm_absorb_q_bmm`` takes it for FP8 w_kc only), the FP8 BMM runs where the weights are
+        FP8 ("fp8-per-tensor" of a quantized kv_b_proj); other weights are multiplied dequantized.
     absorbed_weights_derived: when a standard load derives W_UK / W_UV - "after-kernel-load" (vLLM:
         ``MLAAttention.process_weights_after_loading`` runs after every linear's quant method, so it
         reads the bytes as the kernel left them) or "before-kernel-load" (SGLang: ``load_weights`` ends
@@ -99,7 +101,8 @@ class ModelBehaviour:
 
 def behaviour_problems(behaviour: ModelBehaviour) -> list[str]:
     """Every rule `behaviour` breaks, in words (empty when it is valid): bool fields hold bools, choice
-    fields one of their `CHOICES` (listed in the message), and the FP8 BMM has FP8 weights to multiply."""
+    fields one of their `CHOICES` (listed in the message). Fields are independent, so profile rules may
+    set them one at a time in any order."""
     out = []
     for f in fields(behaviour):
         value = getattr(behaviour, f.name)
@@ -108,9 +111,4 @@ def behaviour_problems(behaviour: ModelBehaviour) -> list[str]:
                 out.append(f"{f.name}={value!r} is not one of {', '.join(repr(c) for c in CHOICES[f.name])}")
         elif isinstance(f.default, bool) and not isinstance(value, bool):
             out.append(f"{f.name}={value!r} must be a bool (true or false)")
-    if behaviour.absorbed_bmm == "fp8-group-quant" and behaviour.absorbed_weight_dtype != "fp8-per-tensor":
-        out.append(
-            "absorbed_bmm='fp8-group-quant' multiplies per-tensor FP8 weights: it needs "
-            f"absorbed_weight_dtype='fp8-per-tensor', not {behaviour.absorbed_weight_dtype!r}"
-        )
     return out

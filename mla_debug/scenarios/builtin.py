@@ -1,4 +1,8 @@
-"""The built-in scenarios, and `scenario(spec)` to get one (or a user's) by name, dict, file or value.
+"""The built-in seed scenarios, and `scenario(spec)` to get any scenario by name, dict, file or value.
+
+The built-ins are the seed scenarios the project started from: each models one vLLM pull request (or
+the yardstick), not a release. Releases are modelled by the engine profiles shipped as data
+(``data/engines/vllm-0.33.yaml``, ``sglang-0.5.23.yaml``; `named.py`), which `scenario` finds by name too.
 
 | name          | what it models |
 |---------------|----------------|
@@ -9,8 +13,8 @@
 | nvidia-cublas | NVIDIA: cuBLAS blockwise scaled_mm (strict stride contract), reference where it cannot run |
 
 User-defined scenarios are data too: `Scenario.from_dict`, `Scenario.from_file` (YAML or JSON; the keys
-are described in `mla_debug.scenarios.files`) and `scenario(spec)`, which takes a built-in name, a
-Scenario, a dict or a path to such a file::
+are described in `mla_debug.scenarios.files`) and `scenario(spec)`, which takes a built-in or profile
+name, a Scenario, a dict or a path to such a file::
 
     md.scenario("my-scenarios/ignore-flags.yaml")
     md.scenario({"name": "no-preshuffle", "base": "vllm-pr51692", "disabled": ["aiter-bpreshuffle"]})
@@ -24,6 +28,7 @@ from typing import Any
 
 from .behaviour import ModelBehaviour
 from .files import is_scenario_file_name
+from .named import named_scenario
 from .scenario import Scenario
 
 _V4_ROCM = dict(v4_fused_norm_quant=True, v4_fused_transpose_scale=False, v4_model_preshuffle=True)
@@ -63,15 +68,17 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def scenario_names() -> list[str]:
-    """The names of the built-in scenarios."""
+    """The names of the built-in (seed) scenarios; `named.profile_names` gives the engine profiles'."""
     return list(SCENARIOS)
 
 
 def scenario(spec: str | os.PathLike | Mapping[str, Any] | Scenario) -> Scenario:
-    """A built-in scenario by name, a Scenario passed through, a dict (`Scenario.from_dict`) or a
-    .yml/.yaml/.json file (`Scenario.from_file`); an unknown name's error lists the built-in names.
+    """A built-in scenario or engine profile by name, a Scenario passed through, a dict
+    (`Scenario.from_dict`) or a .yml/.yaml/.json file (`Scenario.from_file`); an unknown name's error
+    lists the valid names. A profile comes unresolved: `Scenario.resolve` (which every run does)
+    applies its rules for a platform.
 
-    >>> md.scenario("vllm-pr51692"), md.scenario("my-scenario.yaml")
+    >>> md.scenario("vllm-pr51692"), md.scenario("vllm-0.33"), md.scenario("my-scenario.yaml")
     """
     if isinstance(spec, Scenario):
         return spec
@@ -88,4 +95,4 @@ def scenario(spec: str | os.PathLike | Mapping[str, Any] | Scenario) -> Scenario
         return SCENARIOS[spec]
     if is_scenario_file_name(spec):
         return Scenario.from_file(spec)  # FileNotFoundError names the path when it is missing
-    raise ValueError(f"unknown scenario {spec!r}; valid: {', '.join(SCENARIOS)} (or a .yml/.yaml/.json scenario file)")
+    return named_scenario(spec)  # an engine profile, or the error listing every name

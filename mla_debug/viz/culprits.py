@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis.changes import causes, describe
+from ..analysis.changes import DISABLE_KERNEL, SET_SETTING, causes, describe
 
 _MODE_ORDER = ("prefill", "decode")
 
@@ -88,7 +88,7 @@ def action_lines(group) -> list[ActionLine]:
                 "workaround now",
                 best.setting or best.description,
                 f"restores {what}",
-                f"disables {', '.join(c.target for c in best.changes)}; verified" if best.setting else "verified",
+                f"{_what_it_changes(best)}; verified" if best.setting else "verified",
                 best.setting,
                 tuple(r.setting or r.description for r in others),
             )
@@ -115,6 +115,16 @@ def action_lines(group) -> list[ActionLine]:
             )
         )
     return lines
+
+
+def _what_it_changes(remedy) -> str:
+    """'disables aiter-bpreshuffle', 'sets VLLM_ROCM_USE_AITER', or both joined: what a workaround touches."""
+    disabled = [c.target for c in remedy.changes if c.kind == DISABLE_KERNEL]
+    settings = [c.target for c in remedy.changes if c.kind == SET_SETTING]
+    parts = ([f"disables {', '.join(disabled)}"] if disabled else []) + (
+        [f"sets {', '.join(settings)}"] if settings else []
+    )
+    return " and ".join(parts)
 
 
 def bisection_line(stats) -> str:

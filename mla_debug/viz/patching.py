@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..analysis.patching import PatchConfirmation, PatchResult, PatchVerdict
-from ..analysis.report import SCHEMA
+from ..analysis.report import PATCHING_SINCE
 from .culprits import configs_label
 
 # Why a step cannot be patched, in the words of `analysis.patching`: its readers take other tensors.
@@ -87,7 +87,7 @@ def patching_sentence(confirmation: PatchConfirmation) -> str:
 
 def not_recorded(report) -> str:
     """Why a TriageReport has no patching check of a diverged configuration, as far as it can tell."""
-    if report.source_schema < SCHEMA:
+    if report.source_schema < PATCHING_SINCE:
         return (
             f"not recorded: this report was read from a schema {report.source_schema} file, written before "
             "reports kept activation patching"

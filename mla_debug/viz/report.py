@@ -24,6 +24,7 @@ from .culprits import action_lines, bisection_line, configs_label
 from .embed import figure_html, packed_plotlyjs_html
 from .heatmaps import block_heatmap, error_heatmap
 from .patching import patching_lines, recovery_columns, recovery_rows
+from .profile import profile_html
 from .tables import steps_styler, summary_styler
 
 if TYPE_CHECKING:
@@ -298,6 +299,7 @@ def render_html(report: TriageReport) -> str:
         "<h2>Summary</h2>",
         summary_styler(report).to_html(),
         _culprits(report),
+        profile_html(report.profile),
         "<h2>Where each run leaves the reference: TP size x step</h2>",
     ]
     for mode in report.modes:

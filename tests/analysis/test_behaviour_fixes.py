@@ -22,9 +22,14 @@ def behaviour_changes(scen, cfg) -> list[Change]:
     return [c for c in candidate_changes(scen, {}, cfg) if c.kind == BEHAVIOUR]
 
 
+def new_value(change: Change):
+    """The value a behaviour change sets (a bool switched on carries none)."""
+    return True if change.value is None else change.value
+
+
 def test_the_v4_fixes_read_as_before_and_v3_gets_none_by_default():
     v4 = behaviour_changes(md.scenario("vllm-pr51692"), V4)
-    assert [(c.target, c.value, c.description) for c in v4] == [
+    assert [(c.target, new_value(c), c.description) for c in v4] == [
         ("v4_ask_consumers", True, "asking wq_b and indexer.wq_b for their scale order"),
         (
             "skip_model_shuffle_if_kernel_preshuffles",
@@ -38,17 +43,21 @@ def test_the_v4_fixes_read_as_before_and_v3_gets_none_by_default():
 
 def test_each_fix_is_offered_where_its_behaviour_is_off_the_fixed_value():
     remote = scenario("vllm-pr51692", "r", load_order="remote-kv")
-    assert [(c.target, c.value) for c in behaviour_changes(remote, KV512)] == [("load_order", "standard")]
+    assert [(c.target, new_value(c)) for c in behaviour_changes(remote, KV512)] == [("load_order", "standard")]
     assert "load_order" not in [c.target for c in behaviour_changes(remote, V4)]  # a V3 fix only
     transposed = scenario("vllm-baseline", "t", v3_fused_norm_quant=True, v3_fused_transpose_scale=True)
-    assert [(c.target, c.value) for c in behaviour_changes(transposed, KV512)] == [("v3_fused_transpose_scale", False)]
+    assert [(c.target, new_value(c)) for c in behaviour_changes(transposed, KV512)] == [
+        ("v3_fused_transpose_scale", False)
+    ]
     row_major = scenario("vllm-baseline", "t", v3_fused_norm_quant=True)
-    assert [(c.target, c.value) for c in behaviour_changes(row_major, KV512)] == [("v3_fused_transpose_scale", True)]
+    assert [(c.target, new_value(c)) for c in behaviour_changes(row_major, KV512)] == [
+        ("v3_fused_transpose_scale", True)
+    ]
     # The producer's order means nothing while the producer is off.
     off = scenario("vllm-baseline", "t", v3_fused_transpose_scale=True)
     assert behaviour_changes(off, KV512) == []
     v41 = scenario("vllm-pr56433", "v41", v4_wo_a_is_bmm=False)
-    assert [(c.target, c.value) for c in behaviour_changes(v41, V4)] == [("v4_wo_a_is_bmm", True)]
+    assert [(c.target, new_value(c)) for c in behaviour_changes(v41, V4)] == [("v4_wo_a_is_bmm", True)]
     assert {fix.field for fix in BEHAVIOUR_FIXES} <= set(md.scenarios.ModelBehaviour.__dataclass_fields__)
 
 
@@ -57,10 +66,10 @@ def test_a_change_sets_its_value_and_round_trips():
     fixed = change.apply(scenario("vllm-pr51692", "r", load_order="remote-kv"))
     assert fixed.behaviour.load_order == "standard" and fixed.name == "r+load_order=standard"
     assert Change.from_dict(change.to_dict()) == change and change.to_dict()["value"] == "standard"
-    # A change written before behaviour values existed switched a bool field on.
-    old = {"kind": BEHAVIOUR, "target": "v4_ask_consumers", "description": "asking", "setting": None}
-    assert Change.from_dict(old).value is True
-    assert "value" not in Change("honour-flags", "aiter-bpreshuffle", "x").to_dict()
+    # A bool switched on carries no value, so it serializes as before behaviour values existed.
+    ask = next(c for c in behaviour_changes(md.scenario("vllm-pr51692"), V4) if c.target == "v4_ask_consumers")
+    assert "value" not in ask.to_dict() and Change.from_dict(ask.to_dict()) == ask
+    assert ask.apply(md.scenario("vllm-pr51692")).behaviour.v4_ask_consumers is True
 
 
 def test_shared_linears_follow_the_behaviours_their_load_depends_on():
@@ -102,7 +111,7 @@ def test_shared_linears_follow_the_behaviours_their_load_depends_on():
 
 
 def code_fix_targets(culprit) -> list[tuple]:
-    return [tuple((c.kind, c.target, c.value) for c in remedy.changes) for remedy in culprit.code_fixes]
+    return [tuple((c.kind, c.target, new_value(c)) for c in remedy.changes) for remedy in culprit.code_fixes]
 
 
 def test_bisection_names_the_remote_kv_load_order():

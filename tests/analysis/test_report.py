@@ -14,11 +14,12 @@ import mla_debug as md
 import mla_debug.analysis as A
 from mla_debug.analysis import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery
 from mla_debug.analysis.bisection import BisectStats
-from mla_debug.analysis.report import BlockErrors, RunReport, TriageReport
+from mla_debug.analysis.report import SCHEMA, BlockErrors, RunReport, TriageReport
 from mla_debug.analysis.report.legacy import choice_from_text, scale_from_text, weight_from_text
 from mla_debug.kernels import KernelChoice, SkippedKernel
 from mla_debug.layouts import LAYOUTS, ScaleLayout, ScaleRead, ViolationKind, WeightLayout, WeightTransform
 from mla_debug.model.records import StepStats
+from mla_debug.scenarios import AppliedRule, Engine, Resolution, SettingInEffect, SettingKind, Source
 
 KV512 = md.MLAConfig.preset("tiny").with_(name="tiny-kv512", kv_lora_rank=512)
 
@@ -188,6 +189,17 @@ checks = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from(["prefill", "d
 )
 patchings = st.lists(checks, max_size=3).map(dict)
 
+# An engine profile's resolution, as triage records it for a scenario that is one.
+_sources = st.none() | st.builds(Source, names, names, names, names)
+_settings_in_effect = st.builds(SettingInEffect, names, st.sampled_from(SettingKind), names, names, _sources)
+profiles = st.none() | st.builds(
+    Resolution,
+    names,
+    st.none() | st.builds(Engine, names, names),
+    st.lists(_settings_in_effect, max_size=3).map(tuple),
+    st.lists(st.builds(AppliedRule, names, names, _sources), max_size=3).map(tuple),
+)
+
 
 def _json(data: dict) -> dict:
     # allow_nan=False: a report must be JSON any reader parses, with no NaN/Infinity literals.
@@ -216,8 +228,9 @@ def test_a_step_round_trips_exactly(step):
     block_list=st.lists(blocks, max_size=2),
     elapsed=st.none() | numbers,
     patching=patchings,
+    profile=profiles,
 )
-def test_a_report_round_trips_exactly(buggy, run_list, block_list, elapsed, patching):
+def test_a_report_round_trips_exactly(buggy, run_list, block_list, elapsed, patching, profile):
     report = TriageReport(
         model="m",
         platform="mi355x",
@@ -235,9 +248,11 @@ def test_a_report_round_trips_exactly(buggy, run_list, block_list, elapsed, patc
         unresolved=[(4, "decode")],
         block_errors=block_list,
         patching=patching,
+        profile=profile,
     )
     data = _json(report.to_dict())
     back = TriageReport.from_dict(data)
+    assert back.profile == profile
     assert back.to_dict() == data
     assert list(back.patching) == list(patching)  # keyed by configuration, in the order written
     if all(not math.isnan(v) for v in _floats(report)):
@@ -284,7 +299,8 @@ def test_a_report_keeps_the_patching_check_of_every_diverged_configuration(buggy
 
 def test_files_without_patching_load_with_none(buggy):
     data = buggy.to_dict()
-    del data["patching"]  # a schema 3 file written before reports kept it
+    del data["patching"], data["profile"]  # a schema 3 file written before reports kept patching
+    data["schema"] = 3
     older = TriageReport.from_dict(data)
     assert older.patching == {} and older.source_schema == 3
     assert older.confirmation_of(older.culprits[0]) is None
@@ -421,7 +437,7 @@ def test_schema_1_files_still_load(buggy):
     assert saved.modes == ("prefill", "decode")
     assert list(saved.summary["verdict"]) == list(buggy.summary["verdict"])
     assert saved.culprits[1].explanation == buggy.culprits[1].explanation
-    assert saved.to_dict()["schema"] == 3  # saving an old report writes the current schema
+    assert saved.to_dict()["schema"] == SCHEMA  # saving an old report writes the current schema
 
 
 def test_unreadable_reports_say_why(tmp_path):

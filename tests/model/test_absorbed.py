@@ -73,6 +73,16 @@ def test_what_each_rounding_costs_on_deepseek_v3s_kv_b_proj(mini_kv_b, tp):
     assert 0.01 < rel(requantized, shard) < 0.05
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_fp8_bmm_multiplies_only_fp8_weights(mini_kv_b, dtype):
+    """SGLang takes the FP8 BMM for FP8 w_kc only: other weights are multiplied dequantized, bitwise."""
+    cfg, full = mini_kv_b
+    args = (full, cfg.num_heads, 128, 128, cfg.kv_lora_rank, dtype)
+    fp8_bmm, plain = build_absorbed_weights(*args, "fp8-group-quant"), build_absorbed_weights(*args)
+    q = torch.randn(3, cfg.num_heads, 128, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    assert fp8_bmm.bmm == "dequantized" and torch.equal(fp8_bmm.absorb_uk(q), plain.absorb_uk(q))
+
+
 def test_fp32_weights_are_the_direct_read_itself(mini_kv_b):
     cfg, full = mini_kv_b
     exact = build_absorbed_weights(full, cfg.num_heads, 128, 128, cfg.kv_lora_rank, "fp32")

@@ -46,4 +46,5 @@ def report_of(result, block_steps: Iterable[tuple[int, str, str | None]] = ()) -
         unresolved=[(tp, mode) for tp, mode in result.unresolved],
         block_errors=blocks,
         patching=dict(result.patching),
+        profile=result.profile,
     )

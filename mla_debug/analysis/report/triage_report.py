@@ -6,9 +6,9 @@ steps, culprits with their remedies and known fixes, provenance (versions, weigh
 consulted) and what bisection cost. The report has no tensors and round-trips through JSON exactly
 (`to_dict`/`from_dict`), so a saved ``triage.json`` re-renders to the same HTML without re-running.
 
-JSON schema 3 (what `to_dict` writes)::
+JSON schema 4 (what `to_dict` writes)::
 
-  {"schema": 3,
+  {"schema": 4,
    "model", "platform", "scenario": str, "tokens": int, "device": "cpu"|"cuda", "seed": int|null,
    "tp_sizes": [int], "modes": [str], "elapsed_s": float|null,
    "provenance": Provenance.to_dict()|null  (versions, weights, scenario definition, thresholds,
@@ -37,24 +37,31 @@ JSON schema 3 (what `to_dict` writes)::
    "patching": [{"tp": int, "mode": str,  (one per diverged configuration checked by activation patching)
                  "attempts": [{"tp": int, "mode": str, "scenario", "reference": str, "steps": [str],
                                "verdict": "restored"|"not-restored"|"not-patchable",
-                               "patched", "downstream": [recovery], "factor", "min_threshold": float}]}]}
+                               "patched", "downstream": [recovery], "factor", "min_threshold": float}]}],
+   "profile": {"platform": str,  (how an engine profile was resolved; null for any other scenario)
+               "engine": {"name", "version": str}|null,
+               "settings": [{"name", "kind": "env"|"arg"|"fact", "value", "default": str, "source": source|null}],
+               "rules": [{"id", "says": str, "source": source|null}]  (the rules that applied, in order)}|null}
 
   choice = {"kernel": str, "reason": str, "override": bool,
             "skipped": [{"kernel": str, "disabled": bool, "reason": str|null}]}
   layout = "row_major"|"col_major"|"col_major_strided"
   number = a JSON number, or "nan", "inf", "-inf" (JSON has no spelling for those)
-  change = {"kind": "kernel-to-reference"|"honour-flags"|"behaviour"|"disable-kernel", "target": str,
-            "description": str, "setting": str|null, "remedy": "code-fix"|"workaround"}
+  change = {"kind": "kernel-to-reference"|"honour-flags"|"behaviour"|"disable-kernel"|"set-setting",
+            "target": str, "description": str, "setting": str|null, "remedy": "code-fix"|"workaround",
+            "value": str  (only for "set-setting": the setting's new value)}
   remedy = {"kind": "code-fix"|"workaround", "description": str, "setting": str|null, "changes": [change]}
   recovery = {"name": str, "index": int, "rel_err_before", "rel_err_after": number,
               "floor", "threshold": number|null, "diverged_before", "diverged_after": bool}
+  source = {"package", "version", "file", "function": str}
 
 Files of schema 1 and 2 load too (`legacy.upgrade`): their layouts and kernel reasons were sentences,
 read back into the typed values; they carry no block errors, and a report drawn from them says so.
 "patching" (`analysis.patching.PatchConfirmation` per configuration, attempts in order) joined schema 3
 later as a key of its own: a file without it - any schema 1 or 2 file, a schema 3 file written before,
 or a triage run with ``patching=False`` - loads with no confirmations, and a report drawn from it says
-that patching was not recorded.
+that patching was not recorded. Schema 4 added "profile" (and the "set-setting" change); a file of an
+earlier schema loads with no profile.
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...scenarios import Resolution
 from ..bisection import BisectStats, Culprit, CulpritGroup, group_culprits
 from ..json_numbers import float_from_json, float_to_json
 from ..patching import PatchConfirmation
@@ -70,8 +78,12 @@ from ..tables import error_matrix_frame, steps_frame, summary_frame
 from .block_errors import BlockErrors
 from .run_report import RunReport
 
-SCHEMA = 3
-READABLE_SCHEMAS = (1, 2, 3)
+SCHEMA = 4
+READABLE_SCHEMAS = (1, 2, 3, 4)
+# The first schema that kept each part: a report read from an older file lacks it for that reason.
+BLOCK_ERRORS_SINCE = 3
+PATCHING_SINCE = 3
+PROFILE_SINCE = 4
 
 
 @dataclass
@@ -86,6 +98,8 @@ class TriageReport:
     of every diverged configuration: what the HTML report draws). ``patching`` holds the activation-
     patching confirmation of every diverged configuration that was checked, by (tp, mode) - the key of
     a culprit too, so `confirmation_of(culprit)` finds the check of the configuration it explains.
+    ``profile`` says how an engine profile was resolved (engine, settings in effect, rules applied
+    with their sources); None for another scenario or a file older than schema 4.
     ``source_schema`` is the schema of the file the report was read from (SCHEMA for a report made
     here); `to_dict` always writes SCHEMA.
     """
@@ -106,6 +120,7 @@ class TriageReport:
     unresolved: list[tuple[int, str]] = field(default_factory=list)
     block_errors: list[BlockErrors] = field(default_factory=list)
     patching: dict[tuple[int, str], PatchConfirmation] = field(default_factory=dict)
+    profile: Resolution | None = None
     source_schema: int = SCHEMA
 
     # -- what a reader looks up --------------------------------------------------------------------
@@ -152,7 +167,7 @@ class TriageReport:
         for b in self.block_errors:
             if b.key == (tp, mode, name):
                 return b
-        if self.source_schema < SCHEMA:
+        if self.source_schema < BLOCK_ERRORS_SINCE:
             raise KeyError(
                 f"no block errors of TP{tp} {mode} {name}: the report was read from a schema "
                 f"{self.source_schema} file, which keeps none (re-run the triage to get them)"
@@ -179,7 +194,7 @@ class TriageReport:
 
     # -- JSON ----------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON schema 3 (see the module docstring); `from_dict` gives an equal report back."""
+        """JSON schema 4 (see the module docstring); `from_dict` gives an equal report back."""
         index = {id(k): i for i, k in enumerate(self.culprits)}
         return {
             "schema": SCHEMA,
@@ -205,11 +220,12 @@ class TriageReport:
             "patching": [
                 {"tp": tp, "mode": mode, **confirmation.to_dict()} for (tp, mode), confirmation in self.patching.items()
             ],
+            "profile": self.profile.to_dict() if self.profile else None,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TriageReport:
-        """A report from JSON data of schema 1, 2 or 3. ValueError for anything else, saying why."""
+        """A report from JSON data of schema 1 to 4. ValueError for anything else, saying why."""
         from .legacy import upgrade
 
         if not isinstance(data, dict) or "runs" not in data or "model" not in data:
@@ -220,7 +236,7 @@ class TriageReport:
                 f"triage report schema {schema!r} is not one this version of mla_debug reads "
                 f"(schemas {', '.join(map(str, READABLE_SCHEMAS))})"
             )
-        if schema < SCHEMA:
+        if schema < BLOCK_ERRORS_SINCE:
             data = upgrade(data)
         bisection = data.get("bisection")
         runs = [RunReport.from_dict(r) for r in data["runs"]]
@@ -241,6 +257,7 @@ class TriageReport:
             unresolved=[(int(tp), str(mode)) for tp, mode in data.get("unresolved", [])],
             block_errors=[BlockErrors.from_dict(b) for b in data.get("block_errors", [])],
             patching=_patching_from(data.get("patching", [])),
+            profile=Resolution.from_dict(data["profile"]) if data.get("profile") else None,
             source_schema=schema,
         )
 

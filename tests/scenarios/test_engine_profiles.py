@@ -1,0 +1,158 @@
+"""The shipped engine profiles (data/engines/*.yaml): each loads, is a named scenario, round-trips through
+plain data, and resolves per platform and settings to what the release does (the rules read from the
+wheels; their sources are checked in test_profile_sources.py). While a kernel, option, behaviour field or
+platform they name is not in this checkout yet, the tests skip saying which ("needs kernel deepgemm")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from profile_pieces import require_pieces
+
+import mla_debug as md
+from mla_debug.scenarios import engine_profile_files
+
+PROFILES = engine_profile_files()
+
+
+def resolved(name: str, platform: str, **sets) -> md.Scenario:
+    require_pieces(PROFILES[name], platforms=[platform])
+    scen = md.scenario(name)
+    return (scen.with_settings(sets) if sets else scen).resolve(platform)
+
+
+def rules(scen: md.Scenario) -> list[str]:
+    return [r.id for r in scen.resolution.rules]
+
+
+def test_the_releases_are_shipped():
+    assert {"vllm-0.33", "sglang-0.5.23"} <= set(PROFILES)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_a_profile_loads_by_name_and_round_trips(name):
+    require_pieces(PROFILES[name])
+    scen = md.scenario(name)
+    assert scen.name == name and scen.engine is not None and scen.rules
+    assert all(rule.source is not None for rule in scen.rules)
+    assert all(setting.source is not None for setting in scen.settings.values())
+    data = scen.to_dict()
+    assert md.Scenario.from_dict(data) == scen
+    assert md.Scenario.from_file(PROFILES[name]) == scen
+
+
+# -- vLLM 0.33 ---------------------------------------------------------------------------------------
+
+
+def test_vllm_on_rocm_runs_its_own_triton_gemm_while_aiter_is_off():
+    scen = resolved("vllm-0.33", "mi355x")
+    assert scen.priority == ("vllm-triton-blockscale", "torch-reference")
+    assert rules(scen) == ["rocm-block-fp8-list", "mla-absorbed-weights-at-activation-dtype"]
+    assert scen.behaviour.absorbed_weight_dtype == "bf16"
+    assert not scen.behaviour.v3_fused_norm_quant
+
+
+def test_vllm_with_aiter_on_gfx950_picks_aiters_triton_or_ck_gemm_and_fuses_the_v3_producer():
+    scen = resolved("vllm-0.33", "mi355x", VLLM_ROCM_USE_AITER="1")
+    assert scen.priority == ("aiter-triton-blockscale", "aiter-blockscale", "vllm-triton-blockscale", "torch-reference")
+    assert scen.kernel_options["aiter-triton-blockscale"] == {"selection": "vllm-0.33"}
+    assert (scen.behaviour.v3_fused_norm_quant, scen.behaviour.v3_fused_transpose_scale) == (True, False)
+    assert scen.behaviour.v4_model_preshuffle and scen.behaviour.skip_model_shuffle_if_kernel_preshuffles
+    assert "aiter-triton-bpreshuffle" not in scen.priority  # gfx1250 only
+    unfused = resolved("vllm-0.33", "mi355x", VLLM_ROCM_USE_AITER="1", **{"--optimization-level": "0"})
+    assert not unfused.behaviour.v3_fused_norm_quant
+    linear_off = resolved("vllm-0.33", "mi355x", VLLM_ROCM_USE_AITER="1", VLLM_ROCM_USE_AITER_LINEAR="0")
+    assert linear_off.priority == ("vllm-triton-blockscale", "torch-reference")
+
+
+def test_vllm_with_aiter_on_gfx1250_puts_the_preshuffled_triton_gemm_first_honouring_only_is_bmm():
+    scen = resolved("vllm-0.33", "gfx1250", VLLM_ROCM_USE_AITER="1")
+    assert scen.priority[0] == "aiter-triton-bpreshuffle"
+    assert scen.kernel_options["aiter-triton-bpreshuffle"] == {"honour_layer_flags": False}
+    assert not scen.behaviour.v4_model_preshuffle
+
+
+@pytest.mark.parametrize(("platform", "e8m0"), [("h200", "1"), ("h200", "0"), ("b200", "1")])
+def test_vllm_on_nvidia_runs_deepgemm_with_ue8m0_scales_by_default(platform, e8m0):
+    scen = resolved("vllm-0.33", platform, VLLM_USE_DEEP_GEMM_E8M0=e8m0)
+    assert scen.priority[0] == "deepgemm"
+    assert scen.kernel_options["deepgemm"] == {"ue8m0": e8m0 == "1"}
+    without = resolved("vllm-0.33", platform, VLLM_USE_DEEP_GEMM="0")
+    assert without.priority[0] == "cublas-blockwise"
+
+
+# -- SGLang 0.5.23 -----------------------------------------------------------------------------------
+
+
+def test_sglang_on_rocm_without_aiter_runs_its_triton_consumer_and_per_tensor_absorbed_weights():
+    scen = resolved("sglang-0.5.23", "mi355x")
+    assert scen.priority == ("sglang-triton-blockscale", "torch-reference")
+    assert scen.behaviour.absorbed_weight_dtype == "fp8-per-tensor"
+    assert scen.behaviour.load_order == "standard"
+
+
+def test_sglang_with_aiter_on_gfx950_preshuffles_from_hip_7_2_on():
+    new = resolved("sglang-0.5.23", "mi355x", SGLANG_USE_AITER="1")
+    assert new.priority[:3] == ("aiter-triton-blockscale", "aiter-bpreshuffle", "aiter-blockscale")
+    assert new.kernel_options["aiter-bpreshuffle"] == {"selection": "sglang-0.5.23"}
+    old = resolved("sglang-0.5.23", "mi355x", SGLANG_USE_AITER="1", hip_version="7.0")
+    assert "aiter-bpreshuffle" not in old.priority
+    assert old.kernel_options["aiter-triton-blockscale"] == {"selection": "sglang-0.5.23"}
+    forced = resolved("sglang-0.5.23", "mi355x", SGLANG_USE_AITER="1", **{"--fp8-gemm-backend": "triton"})
+    assert forced.priority == ("sglang-triton-blockscale", "torch-reference")
+
+
+def test_sglang_with_aiter_on_gfx942_runs_aiters_triton_gemm_unless_ck_is_asked_for():
+    assert resolved("sglang-0.5.23", "mi300x", SGLANG_USE_AITER="1").priority[0] == "aiter-triton-blockscale"
+    ck = resolved("sglang-0.5.23", "mi300x", SGLANG_USE_AITER="1", SGLANG_AITER_GFX942_BLOCKSCALE_USE_CK="1")
+    assert ck.priority[0] == "aiter-blockscale"
+
+
+@pytest.mark.parametrize(("platform", "ue8m0"), [("h200", False), ("b200", True)])
+def test_sglang_on_nvidia_runs_deepgemm_and_bf16_absorbed_weights(platform, ue8m0):
+    scen = resolved("sglang-0.5.23", platform)
+    assert scen.priority[0] == "deepgemm" and scen.kernel_options["deepgemm"] == {"ue8m0": ue8m0}
+    assert scen.behaviour.absorbed_weight_dtype == "bf16"
+
+
+def test_sglang_remote_kv_loading_is_a_load_order():
+    scen = resolved("sglang-0.5.23", "mi355x", **{"--load-format": "remote", "remote_connector": "kv"})
+    assert scen.behaviour.load_order == "remote-kv" and rules(scen)[-1] == "remote-kv-load-order"
+    assert resolved("sglang-0.5.23", "mi355x", **{"--load-format": "remote"}).behaviour.load_order == "standard"
+
+
+@pytest.mark.parametrize(
+    ("name", "platform", "sets"),
+    [
+        ("vllm-0.33", "mi355x", {}),
+        ("vllm-0.33", "mi355x", {"VLLM_ROCM_USE_AITER": "1"}),
+        ("sglang-0.5.23", "mi355x", {"SGLANG_USE_AITER": "1"}),
+        ("vllm-0.33", "h200", {}),
+    ],
+)
+def test_a_triage_under_a_profile_records_its_resolution(name, platform, sets):
+    scen = resolved(name, platform, **sets)
+    result = md.triage(
+        "mini", platform, md.scenario(name).with_settings(sets) if sets else name, tp_sizes=(2,), device="cpu"
+    )
+    report = result.report()
+    assert report.profile == scen.resolution
+    assert md.analysis.TriageReport.from_dict(report.to_dict()) == report
+
+
+# -- the hazard examples -----------------------------------------------------------------------------
+
+HAZARDS = sorted((Path(__file__).resolve().parents[2] / "data" / "engines" / "hazards").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", HAZARDS, ids=[path.stem for path in HAZARDS])
+def test_a_hazard_is_its_release_profile_with_one_thing_changed(path):
+    require_pieces(path, platforms=["mi355x"])
+    hazard = md.scenario(path)
+    release = md.scenario(yaml.safe_load(path.read_text())["base"])
+    assert hazard.engine == release.engine and hazard.rules == release.rules
+    keys = ("priority", "disabled", "overrides", "kernel_options", "behaviour")
+    mine, theirs = hazard.resolve("mi355x"), release.resolve("mi355x")
+    assert [getattr(mine, k) for k in keys] != [getattr(theirs, k) for k in keys]
