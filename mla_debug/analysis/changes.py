@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from ..kernels import KernelChoice, kernel_class, kernel_names
+from ..kernels import KERNELS, KernelChoice, kernel_class, kernel_names
+from ..kernels.base import vllm_class_of
 from ..kernels.choice import DENSE
 from ..layouts import ContractViolation, ViolationKind
 from ..scenarios import Scenario
@@ -116,12 +117,17 @@ def _runners_as(kernel: str, used: set[str]) -> list[str]:
 
 
 def vllm_class_name(kernel: str) -> str | None:
-    """The vLLM class a kernel is (or, for a native aiter kernel, wraps), as VLLM_DISABLED_KERNELS names it."""
-    for cls in kernel_class(kernel).__mro__:
-        name = getattr(cls, "vllm_name", None)
-        if name:
-            return name
-    return None
+    """The vLLM class a kernel is (or wraps, or is one backend of), as VLLM_DISABLED_KERNELS names it."""
+    return vllm_class_of(kernel)
+
+
+def _disable_target(kernel: str) -> str:
+    """The kernel whose disabling a user's setting amounts to: the kernel registered under the vLLM class
+    `kernel` models (disabling it takes every backend of the class), else the kernel it stands in for."""
+    setting = vllm_class_of(kernel)
+    if setting is not None and setting in KERNELS:
+        return KERNELS.canonical(setting)
+    return kernel_class(kernel).stands_in_for or kernel
 
 
 def candidate_changes(scenario: Scenario, kernels: dict[str, KernelChoice], cfg) -> list[Change]:
@@ -152,13 +158,14 @@ def candidate_changes(scenario: Scenario, kernels: dict[str, KernelChoice], cfg)
 def candidate_workarounds(scenario: Scenario, kernels: dict[str, KernelChoice]) -> list[Change]:
     """One kernel disable per kernel that took a layer in this run (what VLLM_DISABLED_KERNELS does).
 
-    A stand-in is disabled through the kernel it stands in for - the name a vLLM user would write.
+    A stand-in is disabled through the kernel it stands in for, a backend of a vLLM class through the
+    kernel registered under the class name - the name a vLLM user would write.
     """
     changes = []
     for ran in dict.fromkeys(choice.kernel for choice in kernels.values()):
         if ran in _NOT_CANDIDATES or ran not in kernel_names():
             continue
-        target = kernel_class(ran).stands_in_for or ran
+        target = _disable_target(ran)
         if target in scenario.disabled or any(c.target == target for c in changes):
             continue
         setting = vllm_class_name(target)

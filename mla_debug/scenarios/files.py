@@ -13,6 +13,7 @@ argument or the file's stem)::
     kernel_options: {aiter-bpreshuffle: {honour_layer_flags: false}}
     behaviour: {v4_fused_norm_quant: true}          # ModelBehaviour fields
     tuned: ./aiter-configs                          # CSV file(s) or configs/ folder; relative to the file
+    triton_configs: ./aiter-triton-gemm             # folder(s) of aiter Triton config JSON files (same rule)
     upstream: vLLM PR #51692                        # the upstream change this scenario models (words)
     fixed_by: vllm-pr56433                          # the built-in scenario modelling its known fix
 
@@ -20,7 +21,7 @@ Inheritance from ``base``: scalars and lists replace the base's value; mappings 
 ``kernel_options`` per kernel, ``behaviour``) are merged key by key, so a file changes only what it
 names. Everything is validated here, eagerly - kernel and norm+quant backend names against their
 registries (`implementations.Registry`: an unknown name lists the registered ones), kernel options
-against the kernel class's constructor, tuned tables by reading them - so a bad file fails when it is
+against the kernel class's constructor, tuned tables and Triton config folders by reading them - so a bad file fails when it is
 loaded, not in the middle of a run.
 """
 
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..implementations import Registry
-from ..kernels import KERNELS, Kernel, TunedTable, parse_disabled
+from ..kernels import KERNELS, Kernel, TritonConfigTable, TunedTable, parse_disabled
 from ..normquant import NORM_QUANT_BACKENDS
 from ..numerics import quant_flavor
 from .behaviour import ModelBehaviour
@@ -54,6 +55,7 @@ KEYS: dict[str, str] = {
     "kernel_options": "a mapping {kernel name: {option: value}}",
     "behaviour": "a mapping {ModelBehaviour field: bool, or v4_norm_quant_backend: name}",
     "tuned": "a path or a list of paths (aiter tuned CSV files or a configs/ folder)",
+    "triton_configs": "a path or a list of paths (folders of aiter Triton config JSON files, or such files)",
     "upstream": "a string naming the upstream change the scenario models",
     "fixed_by": "the name of a built-in scenario",
 }
@@ -260,6 +262,24 @@ def _tuned(where: str, value: Any, relative_to: Path | None) -> str | tuple[str,
     return paths[0] if len(paths) == 1 else tuple(paths)
 
 
+def _triton_configs(where: str, value: Any, relative_to: Path | None) -> str | tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        items = [part for part in value.split(os.pathsep) if part]
+    else:
+        items = _string_list(where, "triton_configs", value, KEYS["triton_configs"])
+    if not items:
+        raise _type_error(where, "triton_configs", value, KEYS["triton_configs"])
+    folder = relative_to if relative_to is not None else Path.cwd()
+    paths = [os.path.normpath(folder / Path(item).expanduser()) for item in items]
+    try:
+        TritonConfigTable.from_folder(paths)
+    except (FileNotFoundError, ValueError) as err:
+        raise type(err)(f"{where}: triton_configs: {err}") from None
+    return paths[0] if len(paths) == 1 else tuple(paths)
+
+
 def parse_scenario(
     cls: type,
     data: Any,
@@ -331,6 +351,9 @@ def parse_scenario(
     if "tuned" in data:
         folder = Path(relative_to) if relative_to is not None else None
         out["tuned_path"] = _tuned(where, data["tuned"], folder)
+    if "triton_configs" in data:
+        folder = Path(relative_to) if relative_to is not None else None
+        out["triton_configs_path"] = _triton_configs(where, data["triton_configs"], folder)
     if "upstream" in data:
         out["upstream"] = _string(where, "upstream", data["upstream"], KEYS["upstream"], True)
     if "fixed_by" in data:

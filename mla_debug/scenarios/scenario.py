@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..kernels import KernelPolicy, Platform, TunedTable, platform
+from ..kernels import KernelPolicy, Platform, TritonConfigTable, TunedTable, platform
 from .behaviour import ModelBehaviour
 from .files import parse_scenario, read_scenario_file
 
@@ -20,6 +20,8 @@ class Scenario:
 
     ``tuned_path`` holds one path or a tuple of paths (aiter tuned CSVs or a configs/ folder); None
     uses `TunedTable.default()` (aiter's env var, an installed aiter, else the embedded shapes).
+    ``triton_configs_path`` likewise names folders of aiter Triton config JSON files; None uses
+    `TritonConfigTable.default()` (the pinned aiter release's configs).
     """
 
     name: str
@@ -31,6 +33,7 @@ class Scenario:
     kernel_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     behaviour: ModelBehaviour = field(default_factory=ModelBehaviour)
     tuned_path: str | tuple[str, ...] | None = None
+    triton_configs_path: str | tuple[str, ...] | None = None
     # The upstream change this scenario models ("vLLM PR #51692"), and the scenario that models the
     # upstream change known to fix it (a built-in name). Triage runs the fix to say whether it restores.
     upstream: str = ""
@@ -85,6 +88,9 @@ class Scenario:
         out["behaviour"] = {f.name: getattr(self.behaviour, f.name) for f in fields(self.behaviour)}
         if self.tuned_path is not None:
             out["tuned"] = self.tuned_path if isinstance(self.tuned_path, str) else list(self.tuned_path)
+        if self.triton_configs_path is not None:
+            path = self.triton_configs_path
+            out["triton_configs"] = path if isinstance(path, str) else list(path)
         if self.upstream:
             out["upstream"] = self.upstream
         if self.fixed_by:
@@ -96,9 +102,11 @@ class Scenario:
         plat = platform(plat)
         if tuned is None:
             tuned = TunedTable.from_csv(self.tuned_path) if self.tuned_path else TunedTable.default()
+        triton_configs = TritonConfigTable.from_folder(self.triton_configs_path) if self.triton_configs_path else None
         common = dict(
             disabled=set(self.disabled),
             tuned=tuned,
+            triton_configs=triton_configs,
             overrides=dict(self.overrides),
             kernel_options={k: dict(v) for k, v in self.kernel_options.items()},
         )
