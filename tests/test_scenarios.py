@@ -199,7 +199,7 @@ def test_scenario_accepts_a_dict_and_a_scenario():
         (
             {"name": "x", "kernel_options": {"aiter-bpreshuffle": {"honour_flags": False}}},
             "scenario 'x': unknown option(s) of kernel 'aiter-bpreshuffle' in kernel_options: honour_flags; "
-            "valid: accumulation, flavor, honour_layer_flags",
+            "valid: accumulation, flavor, honour_layer_flags, selection",
         ),
         (
             {"name": "x", "kernel_options": {"torch-reference": {"accumulation": "dequant"}}},
