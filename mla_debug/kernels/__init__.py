@@ -1,6 +1,17 @@
 """Block-scaled FP8 GEMM kernels behind one interface; platforms, tuned tables and kernel selection."""
 
-from . import aiter_emulated, aiter_native, aiter_triton, cublas, reference, triton_kernels  # noqa: F401  (register the kernels)
+from . import (  # noqa: F401  (register the kernels)
+    aiter_emulated,
+    aiter_native,
+    aiter_triton,
+    aiter_triton_bpreshuffle,
+    cublas,
+    deepgemm,
+    reference,
+    sglang_triton,
+    triton_kernels,
+    vllm_triton,
+)
 from .base import (
     GEMM,
     KERNELS,
