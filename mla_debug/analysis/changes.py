@@ -10,6 +10,7 @@ Two kinds of remedy, searched separately because a user acts on them differently
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -130,6 +131,12 @@ def _disable_target(kernel: str) -> str:
     return kernel_class(kernel).stands_in_for or kernel
 
 
+def _honours_flags_by_default(kernel: str) -> bool | None:
+    """The default of a kernel's ``honour_layer_flags`` option, or None when it has none."""
+    parameter = inspect.signature(kernel_class(kernel)).parameters.get("honour_layer_flags")
+    return None if parameter is None else parameter.default
+
+
 def candidate_changes(scenario: Scenario, kernels: dict[str, KernelChoice], cfg) -> list[Change]:
     """Every single code change that could matter for a run with these per-layer kernels."""
     changes = []
@@ -140,7 +147,13 @@ def candidate_changes(scenario: Scenario, kernels: dict[str, KernelChoice], cfg)
                 Change(KERNEL_TO_REFERENCE, layer, f"running {layer} through torch-reference instead of {kernel}")
             )
     used = {choice.kernel for choice in kernels.values()}
-    for kernel, options in scenario.kernel_options.items():
+    ignoring = {kernel: options for kernel, options in scenario.kernel_options.items()}
+    # A kernel that ignores the flags unless told (aiter-triton-bpreshuffle: vLLM 0.33 honours only is_bmm)
+    # is a candidate too when it ran with its default.
+    for kernel in sorted(used - set(ignoring)):
+        if kernel in kernel_names() and _honours_flags_by_default(kernel) is False:
+            ignoring[kernel] = {"honour_layer_flags": False}
+    for kernel, options in ignoring.items():
         if options.get("honour_layer_flags") is False:
             flags = "skip_weight_relayout" if cfg.arch == "v3" else "is_bmm / skip_weight_relayout"
             # Stand-ins (triton-bpreshuffle for aiter-bpreshuffle) take the options of the kernel they
