@@ -27,8 +27,8 @@ block-FP8 linear is shuffled (16, 16) at load and runs CK ``gemm_a8w8_blockscale
 from __future__ import annotations
 
 from ..implementations import Check
-from .triton_configs import BLOCKSCALE, BLOCKSCALE_PRESHUFFLED, PROBE_M, TritonConfigTable
 from .platforms import Platform
+from .triton_configs import BLOCKSCALE, BLOCKSCALE_PRESHUFFLED, PROBE_M, TritonConfigTable
 
 VLLM = "vLLM 0.33.0"
 SGLANG = "SGLang 0.5.23"
@@ -88,7 +88,9 @@ def vllm_triton_check(plat: Platform, n: int, k: int, table: TritonConfigTable |
     if is_fp8_fnuz(plat):
         return Check(False, f"{_VLLM_AITER}: aiter's Triton backend is not used on fnuz ({plat.arch})")
     if plat.arch == GFX1250:
-        return Check(True, f"{_VLLM_AITER} use_triton: on gfx1250 every layer not preshuffled takes aiter's Triton GEMM")
+        return Check(
+            True, f"{_VLLM_AITER} use_triton: on gfx1250 every layer not preshuffled takes aiter's Triton GEMM"
+        )
     tuned, why = _probe(table, plat, BLOCKSCALE, n, k)
     return Check(tuned, f"{_VLLM_AITER} use_triton: {why}")
 

@@ -33,6 +33,7 @@ import torch
 
 from ..implementations import Check
 from ..layouts import QuantizedActivation, ScaleLayout, values_relaid
+from ..numerics import Fp8Format
 from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import Accumulation, block_scaled_mm, check_accumulation
 from .engine_rules import SGLANG, sglang_triton_check
@@ -86,7 +87,7 @@ class SglangTritonBlockscaleKernel(Kernel):
         return Contract(scale=ScaleLayout.COL_MAJOR if self.relayout else ScaleLayout.ROW_MAJOR, weight=None)
 
     def quantize_input(
-        self, x: torch.Tensor, fmt, scale_layout: ScaleLayout | None = None
+        self, x: torch.Tensor, fmt: Fp8Format, scale_layout: ScaleLayout | None = None
     ) -> QuantizedActivation:
         """Its producer's quantization: the scale in ``input_scale_layout``, whatever this consumer reads."""
         return super().quantize_input(x, fmt, self.input_scale_layout)

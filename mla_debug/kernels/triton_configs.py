@@ -220,7 +220,9 @@ def read_config_file(path: Path) -> TritonConfig | IgnoredFile:
     arch = arch_of_prefix(match["prefix"])
     if arch is None:
         known = ", ".join(sorted(DEVICE_ARCH))
-        return IgnoredFile(str(path), f"device name {match['prefix']!r} maps to no arch (known: {known}, or a gfx name)")
+        return IgnoredFile(
+            str(path), f"device name {match['prefix']!r} maps to no arch (known: {known}, or a gfx name)"
+        )
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

@@ -14,20 +14,27 @@ PRIORITY = ["aiter-triton-bpreshuffle", "aiter-triton-blockscale", "vllm-triton-
 def test_a_kernel_ignoring_flags_by_default_is_offered_the_flag_fix():
     scen = md.scenario({"name": "x", "priority": PRIORITY})
     cfg = md.MLAConfig.preset("mini")
-    used = {"kv_b_proj": KernelChoice("aiter-triton-bpreshuffle", "tuned"), "o_proj": KernelChoice("aiter-blockscale", "")}
+    used = {
+        "kv_b_proj": KernelChoice("aiter-triton-bpreshuffle", "tuned"),
+        "o_proj": KernelChoice("aiter-blockscale", ""),
+    }
     fixes = [c for c in candidate_changes(scen, used, cfg) if c.kind == HONOUR_FLAGS]
     assert [(c.target, c.description) for c in fixes] == [
         ("aiter-triton-bpreshuffle", "honouring skip_weight_relayout in aiter-triton-bpreshuffle")
     ]
     # Told to honour them already, it is not offered again; kernels honouring by default never are.
-    told = md.scenario({"name": "y", "priority": PRIORITY, "kernel_options": {PRIORITY[0]: {"honour_layer_flags": True}}})
+    told = md.scenario(
+        {"name": "y", "priority": PRIORITY, "kernel_options": {PRIORITY[0]: {"honour_layer_flags": True}}}
+    )
     assert not [c for c in candidate_changes(told, used, cfg) if c.kind == HONOUR_FLAGS]
 
 
 def test_gfx1250_kv_b_proj_with_a_tuned_preshuffle_config_breaks_absorbed_decode(tmp_path):
     cfg = md.MLAConfig.preset("mini")
     n = cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim)
-    (tmp_path / f"gfx1250-GEMM-A8W8_BLOCKSCALE_PRESHUFFLED-N={n}-K={cfg.kv_lora_rank}.json").write_text('{"M_LEQ_4": {}}')
+    (tmp_path / f"gfx1250-GEMM-A8W8_BLOCKSCALE_PRESHUFFLED-N={n}-K={cfg.kv_lora_rank}.json").write_text(
+        '{"M_LEQ_4": {}}'
+    )
     scen = md.scenario(
         {
             "name": "gfx1250-kv-b-proj",

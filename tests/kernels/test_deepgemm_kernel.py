@@ -34,7 +34,9 @@ def test_where_deepgemm_is_chosen(plat, n, k, ok, words):
 
 def test_packed_scales_are_blackwells_and_need_ue8m0():
     problem = md.kernels.GemmProblem("p", 256, 512, md.E4M3FN, md.platform("h200"))
-    assert "Blackwell's (sm100) format, not sm90's" in md.get_kernel("deepgemm", packed=True).can_implement(problem).reason
+    assert (
+        "Blackwell's (sm100) format, not sm90's" in md.get_kernel("deepgemm", packed=True).can_implement(problem).reason
+    )
     with pytest.raises(ValueError, match="packed scales hold ue8m0 exponents; they need ue8m0=True"):
         md.get_kernel("deepgemm", ue8m0=False, packed=True)
     with pytest.raises(TypeError, match="ue8m0 must be true or false"):
@@ -52,7 +54,10 @@ def test_ue8m0_requantizes_the_weight_at_load_and_rounds_input_scales_up(plat, g
     assert any("re-quantized to ue8m0" in event for event in linear.events)
     assert linear.kernel.packs_for(linear) is (plat == "b200")
     # The caller's bytes are untouched (shards are views of shared full weights).
-    assert torch.equal(weight.data.view(torch.uint8), random_weight(256, 512, torch.Generator().manual_seed(1234)).data.view(torch.uint8))
+    assert torch.equal(
+        weight.data.view(torch.uint8),
+        random_weight(256, 512, torch.Generator().manual_seed(1234)).data.view(torch.uint8),
+    )
     call = linear.run(random_tokens(6, 512, gen))
     assert is_power_of_two(call.input.logical_scale()) and call.violations == []
     expected = md.kernels.BlockScaledLinear("proj", linear.weight).attach(md.get_kernel("torch-reference"))
@@ -102,7 +107,9 @@ def test_packed_form_truncates_scales_that_are_not_powers_of_two(gen):
     """ue8m0=True with a producer that did not round its scales: the packed bytes keep only exponents."""
     weight = random_weight(256, 512, gen)
     linear = md.kernels.BlockScaledLinear("proj", weight).load(md.KernelPolicy(["deepgemm"]), "b200")
-    qa = md.quantize_groups(random_tokens(4, 512, gen), flavor="deepseek").presented_as(md.ScaleLayout.COL_MAJOR_STRIDED)
+    qa = md.quantize_groups(random_tokens(4, 512, gen), flavor="deepseek").presented_as(
+        md.ScaleLayout.COL_MAJOR_STRIDED
+    )
     assert not is_power_of_two(qa.logical_scale())
     truncated = md.layouts.unpack_ue8m0(md.layouts.pack_ue8m0(qa.logical_scale()), qa.groups)
     as_read = md.QuantizedActivation(qa.data, truncated.t().contiguous().t(), md.ScaleLayout.COL_MAJOR_STRIDED, qa.fmt)

@@ -98,7 +98,9 @@ def test_preshuffled_weight_is_read_as_shuffled(gen):
     qa = linear.kernel.quantize_input(random_tokens(3, 512, gen), weight.fmt)
     out = linear.run(qa).output
     assert torch.equal(out, attached("aiter-triton-bpreshuffle", weight, accumulation="blockwise").run(qa).output)
-    assert_within_accumulation_bound(out, attached("torch-reference", weight).run(qa).output, accumulation_bound(qa, weight))
+    assert_within_accumulation_bound(
+        out, attached("torch-reference", weight).run(qa).output, accumulation_bound(qa, weight)
+    )
     # A weight someone else already shuffled is shuffled again and read wrongly (at K=512: 512-byte rows).
     twice = md.kernels.BlockScaledLinear("proj", weight.shuffled((16, 16), by="model"))
     twice.attach(md.get_kernel("aiter-triton-bpreshuffle"))

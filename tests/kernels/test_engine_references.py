@@ -64,7 +64,7 @@ def torch_running_compiled_functions_eagerly() -> types.ModuleType:
     function's eager semantics; dynamo cannot trace a function compiled outside an importable module."""
     eager = types.ModuleType("torch")
     eager.__dict__.update(torch.__dict__)
-    eager.compile = lambda *args, **kwargs: (lambda fn: fn)
+    eager.compile = lambda *args, **kwargs: lambda fn: fn
     return eager
 
 
@@ -127,7 +127,11 @@ def test_packing_is_deepgemms_torch_implementation(folder, monkeypatch, m, g):
     monkeypatch.setitem(sys.modules, "deep_gemm", types.ModuleType("deep_gemm"))
     monkeypatch.setitem(sys.modules, "deep_gemm.utils", deep_gemm_utils(folder))
     pack = load(
-        "sglang", SGLANG_FP8_UTILS, ["_get_mn_major_tma_aligned_packed_ue8m0_tensor_torch_impl"], {"torch": torch}, folder
+        "sglang",
+        SGLANG_FP8_UTILS,
+        ["_get_mn_major_tma_aligned_packed_ue8m0_tensor_torch_impl"],
+        {"torch": torch},
+        folder,
     )["_get_mn_major_tma_aligned_packed_ue8m0_tensor_torch_impl"]
     scales = powers_of_two(m, g, m + 100 * g)
     theirs, ours = pack(scales), pack_ue8m0(scales)
@@ -159,7 +163,13 @@ def test_packed_words_are_vendored_deepgemms_pack_ue8m0_to_int(folder):
 
 @pytest.mark.parametrize(("m", "k"), [(1, 128), (5, 384), (8, 1024)])
 def test_deepgemm_input_quant_is_deepgemms_per_token_cast(folder, m, k):
-    fns = load("vllm", VENDORED_DEEPGEMM_MATH, ["ceil_div", "align", "ceil_to_ue8m0", "per_token_cast_to_fp8"], {"torch": torch}, folder)
+    fns = load(
+        "vllm",
+        VENDORED_DEEPGEMM_MATH,
+        ["ceil_div", "align", "ceil_to_ue8m0", "per_token_cast_to_fp8"],
+        {"torch": torch},
+        folder,
+    )
     gen = torch.Generator().manual_seed(m * k)
     x = (torch.randn(m, k, generator=gen) * torch.logspace(-3, 3, m)[:, None]).to(torch.bfloat16)
     x[0, :128] = 0  # an all-zero group: the amax floor decides its scale
@@ -200,11 +210,13 @@ def test_vllm_requant_is_requant_weight_ue8m0_inplace(folder, monkeypatch, n, k)
     for name in ("vllm", "vllm.utils"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(
-        sys.modules, "vllm.utils.deep_gemm", types.SimpleNamespace(per_block_cast_to_fp8=deep_gemm["per_block_cast_to_fp8"])
+        sys.modules,
+        "vllm.utils.deep_gemm",
+        types.SimpleNamespace(per_block_cast_to_fp8=deep_gemm["per_block_cast_to_fp8"]),
     )
-    requant = load("vllm", VLLM_FP8_UTILS, ["requant_weight_ue8m0_inplace"], {"torch": torch, "Sequence": list}, folder)[
-        "requant_weight_ue8m0_inplace"
-    ]
+    requant = load(
+        "vllm", VLLM_FP8_UTILS, ["requant_weight_ue8m0_inplace"], {"torch": torch, "Sequence": list}, folder
+    )["requant_weight_ue8m0_inplace"]
     weight = checkpoint_weight(n, k, n + k)
     theirs_w, theirs_s = weight.data.clone(), weight.scale.clone()
     requant(theirs_w, theirs_s, (128, 128))

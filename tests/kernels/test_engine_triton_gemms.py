@@ -11,9 +11,9 @@ On a CPU-only machine the kernels run under Triton's interpreter with compiled T
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import functools
 import os
 import types
 

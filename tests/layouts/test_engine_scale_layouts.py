@@ -62,7 +62,9 @@ def test_tma_aligned_buffer_is_column_major_with_16_byte_columns(m, g, seed):
     assert torch.equal(buffer, logical)  # read by its strides, it is the logical scale
 
 
-@pytest.mark.parametrize(("size", "element_size", "aligned"), [(1, 4, 4), (4, 4, 4), (5, 4, 8), (5, 1, 16), (17, 2, 24)])
+@pytest.mark.parametrize(
+    ("size", "element_size", "aligned"), [(1, 4, 4), (4, 4, 4), (5, 4, 8), (5, 1, 16), (17, 2, 24)]
+)
 def test_tma_alignment_is_16_bytes(size, element_size, aligned):
     assert tma_aligned_size(size, element_size) == aligned
 

@@ -33,7 +33,9 @@ def linears(kernel: str, **options) -> dict[str, QuantizedLinear]:
     ],
 )
 @pytest.mark.parametrize("skip", [True, False])
-def test_the_model_skips_its_shuffle_exactly_when_the_flag_says_a_kernel_shuffled(kernel, options, kernel_shuffled, skip):
+def test_the_model_skips_its_shuffle_exactly_when_the_flag_says_a_kernel_shuffled(
+    kernel, options, kernel_shuffled, skip
+):
     layers = linears(kernel, **options)
     behaviour = ModelBehaviour(v4_model_preshuffle=True, skip_model_shuffle_if_kernel_preshuffles=skip)
     prepare_model_side(layers, behaviour, is_rocm=True)
