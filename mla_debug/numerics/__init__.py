@@ -1,4 +1,10 @@
-"""FP8 formats, quantization flavors, group/block quantization math and error metrics."""
+"""FP8 formats, quantization flavors, group/block quantization math and error metrics.
+
+A quantization flavor (`flavor_recipe.QuantFlavor`) is one engine's recipe as data; `FLAVORS` names every
+one: aiter's four 1x128 quantizers and its generic recipe (`flavors`), the serving engines' own - vLLM 0.33.0
+``vllm-native`` / ``vllm-triton`` / ``vllm-cuda``, SGLang 0.5.23 ``sglang-triton`` / ``sglang-triton-colmajor``,
+DeepGEMM ``deepgemm`` (`engine_flavors`) - and the older ``vllm`` and ``deepseek``.
+"""
 
 from .flavors import (
     AITER,
@@ -6,9 +12,15 @@ from .flavors import (
     AITER_HIP,
     AITER_TORCH,
     AITER_TRITON,
+    DEEPGEMM,
     DEEPSEEK,
     FLAVORS,
+    SGLANG_TRITON,
+    SGLANG_TRITON_COLMAJOR,
     VLLM,
+    VLLM_CUDA,
+    VLLM_NATIVE,
+    VLLM_TRITON,
     QuantFlavor,
     quant_flavor,
 )
@@ -39,12 +51,18 @@ __all__ = [
     "AITER_HIP",
     "AITER_TORCH",
     "AITER_TRITON",
+    "DEEPGEMM",
     "DEEPSEEK",
     "E4M3FN",
     "E4M3FNUZ",
     "FLAVORS",
     "FORMATS",
+    "SGLANG_TRITON",
+    "SGLANG_TRITON_COLMAJOR",
     "VLLM",
+    "VLLM_CUDA",
+    "VLLM_NATIVE",
+    "VLLM_TRITON",
     "Fp8Format",
     "Fp8OverflowWarning",
     "QuantFlavor",

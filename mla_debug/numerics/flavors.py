@@ -1,9 +1,10 @@
-"""Quantization flavors: the small recipe differences that make two "correct" quantizers disagree in bits.
+"""Quantization flavors: the named recipes of aiter, vLLM, SGLang and DeepGEMM, and the one registry of them.
 
-aiter, vLLM and the DeepSeek/DeepGEMM references all compute ``scale ~ amax / fp8_max`` per group or
-block, but they differ in the fp8_max they use on fnuz hardware, in the floor applied to amax, in how
-they form the scale and the quotient, in what an all-zero group gets, and in whether they clamp before
-the cast. Their outputs are all valid and not bit-comparable, so every quantizer here takes a flavor.
+aiter, vLLM, SGLang and the DeepSeek/DeepGEMM references all compute ``scale ~ amax / fp8_max`` per group
+or block, but they differ in the fp8_max they use on fnuz hardware, in the floor applied to amax, in how
+they form the scale and the quotient, in what an all-zero group gets, in whether they clamp before the
+cast and in how they round a scale to a power of two. Their outputs are all valid and not bit-comparable,
+so every quantizer here takes a flavor (`flavor_recipe.QuantFlavor` says what a flavor holds).
 
 aiter alone has four 1x128 activation quantizers that are not bit-identical to each other; each is its
 own flavor, byte-exact with aiter's code (amd-aiter 0.1.7.post2.dev18; tests/aiter_reference checks the
@@ -24,62 +25,59 @@ three that run off ROCm against aiter itself):
   replaced by 1, ``q = x / scale`` unclamped.
 
 ``aiter`` is the recipe of ``aiter-fused`` under its older name, kept for weights and for callers that
-named it (aiter has no 128x128 block quantizer, so only it, ``vllm`` and ``deepseek`` quantize blocks).
+named it (aiter has no 128x128 block quantizer, so only it, ``vllm``, ``deepseek`` and ``deepgemm``
+quantize blocks).
+
+The engines' own quantizers - ``vllm-native``, ``vllm-triton``, ``vllm-cuda``, ``sglang-triton``,
+``sglang-triton-colmajor``, ``deepgemm`` - are in `engine_flavors`, byte-exact with vLLM 0.33.0, SGLang
+0.5.23 and DeepGEMM (tests/engine_reference). Two older names stay, each what it was, because saved
+scenarios, checkpoints and verdicts use them:
+
+- ``vllm``: the arithmetic of vLLM's Triton ``_per_token_group_quant_fp8`` in releases before 0.33
+  (``_absmax / fp8_max``, ``y / y_s``, 224 on e4m3fnuz), which vLLM 0.33.0's C++ ``per_token_group_fp8_quant``
+  (``vllm-cuda``) keeps for finite input without ue8m0; 0.33.0's Triton kernel now forms the scale as ``amax * (1/max)``
+  (``vllm-triton``, one ulp apart in about half the groups). Its 128x128 block form takes only the 1e-12
+  amax floor of vLLM's ``scaled_quantize``, which itself multiplies by ``fp8_max / amax`` - not modelled.
+- ``deepseek``: DeepGEMM's ``per_token_cast_to_fp8`` / ``per_block_cast_to_fp8`` as vLLM 0.33.0 vendors them
+  (vllm/third_party/deep_gemm/utils/math.py): ``sf = max(amax, 1e-4) / 448``, ``x * (1 / sf)`` unclamped,
+  byte-exact on the CPU (torch divides a tensor by a Python float exactly there). ``deepgemm`` is the older
+  form SGLang ships, ``x * (448 / amax)``; the two differ by one rounding now and then.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from .engine_flavors import (
+    DEEPGEMM,
+    ENGINE_FLAVORS,
+    SGLANG_TRITON,
+    SGLANG_TRITON_COLMAJOR,
+    VLLM_CUDA,
+    VLLM_NATIVE,
+    VLLM_TRITON,
+)
+from .flavor_recipe import QuantFlavor, Quotient, ScaleRule, Ue8m0Rule
 
-from .formats import E4M3FNUZ, Fp8Format
-
-Quotient = Literal["mul_reciprocal", "div"]
-# How the scale is formed from the (floored) amax:
-#   divide               amax / fmt_max, one correctly rounded fp32 division
-#   times_inverse_max    amax * fp32(1 / fmt_max): the inverse rounded to fp32 once (C++ `1. / float(max)`
-#                        stored in a float), then one fp32 multiply - aiter's HIP kernel
-#   torch_scalar_divide  amax / fmt_max written as a torch tensor divided by a Python float, which is
-#                        what aiter's torch reference does: exact division on the CPU, while CUDA/ROCm
-#                        torch multiplies by the fp32 reciprocal instead (times_inverse_max's bits)
-ScaleRule = Literal["divide", "times_inverse_max", "torch_scalar_divide"]
-
-
-@dataclass(frozen=True)
-class QuantFlavor:
-    """One quantization recipe.
-
-    quotient: ``"mul_reciprocal"`` computes ``x * (1 / scale)`` in fp32 (aiter, DeepGEMM);
-    ``"div"`` computes ``x / scale`` (vLLM's Triton group quant, aiter's torch reference). They differ
-    by one rounding. scale_rule: how amax becomes the scale (see ``ScaleRule``). zero_scale: what an
-    all-zero group's scale is replaced by (None: kept, so with no floor it is 0 and the bytes NaN).
-    amax_ignores_nan: NaN elements do not enter the group's amax (HIP ``fmaxf``); elsewhere they make it
-    NaN. block_quantizer: whether the recipe exists as a 128x128 weight quantizer. models: the function
-    this flavor reproduces, with file and release.
-    """
-
-    name: str
-    description: str
-    group_amax_floor: float
-    block_amax_floor: float
-    quotient: Quotient
-    clamp: bool
-    fnuz_max: float | None = None
-    fixed_max: float | None = None
-    scale_rule: ScaleRule = "divide"
-    zero_scale: float | None = None
-    amax_ignores_nan: bool = False
-    block_quantizer: bool = True
-    models: str = ""
-
-    def fmt_max(self, fmt: Fp8Format) -> float:
-        """The largest value this flavor maps a group's amax to, for the given element format."""
-        if self.fixed_max is not None:
-            return self.fixed_max
-        if fmt == E4M3FNUZ and self.fnuz_max is not None:
-            return self.fnuz_max
-        return fmt.max
-
+__all__ = [
+    "AITER",
+    "AITER_FUSED",
+    "AITER_HIP",
+    "AITER_TORCH",
+    "AITER_TRITON",
+    "DEEPGEMM",
+    "DEEPSEEK",
+    "FLAVORS",
+    "SGLANG_TRITON",
+    "SGLANG_TRITON_COLMAJOR",
+    "VLLM",
+    "VLLM_CUDA",
+    "VLLM_NATIVE",
+    "VLLM_TRITON",
+    "QuantFlavor",
+    "Quotient",
+    "ScaleRule",
+    "Ue8m0Rule",
+    "quant_flavor",
+]
 
 AITER = QuantFlavor(
     name="aiter",
@@ -91,6 +89,7 @@ AITER = QuantFlavor(
     block_amax_floor=1e-10,
     quotient="mul_reciprocal",
     clamp=True,
+    owner="aiter",
     models="aiter-fused's recipe; aiter has no 128x128 block quantizer, this one applies it per block",
 )
 
@@ -112,6 +111,7 @@ AITER_HIP = QuantFlavor(
     scale_rule="times_inverse_max",
     amax_ignores_nan=True,
     block_quantizer=False,
+    owner="aiter",
     models=(
         "amd-aiter 0.1.7.post2.dev18 csrc/kernels/quant_kernels.cu dynamic_per_group_scaled_quant_kernel "
         "(aiter.ops.quant.per_group_quant_hip / dynamic_per_token_scaled_quant with group size 128)"
@@ -131,6 +131,7 @@ AITER_TRITON = QuantFlavor(
     quotient="mul_reciprocal",
     clamp=False,
     block_quantizer=False,
+    owner="aiter",
     models=(
         "amd-aiter 0.1.7.post2.dev18 aiter/ops/triton/_triton_kernels/quant.py _dynamic_per_token_quant_fp8_i8_kernel "
         "(aiter.ops.quant.get_triton_quant(QuantType.per_1x128))"
@@ -149,6 +150,7 @@ AITER_FUSED = QuantFlavor(
     quotient="mul_reciprocal",
     clamp=True,
     block_quantizer=False,
+    owner="aiter",
     models=(
         "amd-aiter 0.1.7.post2.dev18 aiter/ops/triton/_triton_kernels/fused_fp8_quant.py _fp8_quant_op "
         "(aiter.ops.triton.fused_fp8_quant.fused_rms_fp8_group_quant)"
@@ -170,6 +172,7 @@ AITER_TORCH = QuantFlavor(
     scale_rule="torch_scalar_divide",
     zero_scale=1.0,
     block_quantizer=False,
+    owner="aiter",
     models=(
         "amd-aiter 0.1.7.post2.dev18 aiter/ops/quant.py pertoken_quant wrapped by per_block_quant_wrapper((1, 128)) "
         "(aiter.ops.quant.get_torch_quant(QuantType.per_1x128))"
@@ -187,6 +190,12 @@ VLLM = QuantFlavor(
     quotient="div",
     clamp=True,
     fnuz_max=224.0,
+    owner="vLLM",
+    models=(
+        "the arithmetic of vLLM's Triton _per_token_group_quant_fp8 before 0.33 (vllm/model_executor/layers/"
+        "quantization/utils/fp8_utils.py: `_absmax / fp8_max`, `y / y_s`), which vLLM 0.33.0's C++ "
+        "per_token_group_fp8_quant keeps for finite input without ue8m0; blocks take only scaled_quantize's 1e-12 amax floor"
+    ),
 )
 
 DEEPSEEK = QuantFlavor(
@@ -201,10 +210,18 @@ DEEPSEEK = QuantFlavor(
     quotient="mul_reciprocal",
     clamp=False,
     fixed_max=448.0,
+    owner="DeepGEMM",
+    # The scale is `x_amax / 448.0` in DeepGEMM (a tensor over a Python float); "divide" is that on the CPU
+    # and keeps one device-independent rounding. ue8m0 is DeepGEMM's `ceil_to_ue8m0`, the exact ceiling for
+    # every scale this floor allows (a non-finite scale becomes 2^127 there and passes through here).
+    models=(
+        "DeepGEMM per_token_cast_to_fp8 / per_block_cast_to_fp8 as vLLM 0.33.0 vendors them "
+        "(vllm/third_party/deep_gemm/utils/math.py); byte-exact on the CPU for finite input"
+    ),
 )
 
 FLAVORS: dict[str, QuantFlavor] = {
-    f.name: f for f in (AITER, AITER_HIP, AITER_TRITON, AITER_FUSED, AITER_TORCH, VLLM, DEEPSEEK)
+    f.name: f for f in (AITER, AITER_HIP, AITER_TRITON, AITER_FUSED, AITER_TORCH, VLLM, DEEPSEEK, *ENGINE_FLAVORS)
 }
 
 

@@ -4,12 +4,14 @@ These functions return plain tensors: fp8 values and the LOGICAL fp32 scale (one
 block). How the scale is laid out in memory for a kernel is a layout question, answered in
 ``mla_debug.layouts``.
 
-Recipe (SEMANTICS 2): ``amax = max(max|x|, floor)`` in fp32 (no floor where the flavor has none),
-``scale = amax / fmt_max`` (or ``amax * fp32(1/fmt_max)``, by the flavor's scale rule; an all-zero group's
-scale replaced where the flavor says so; optionally rounded up to a power of two, ue8m0),
-``q = cast_rne(x * (1/scale))`` or ``x / scale``, clamped to +-fmt_max first when the flavor clamps.
-NaN and Inf inputs flow through (a group holding an Inf gets an infinite scale and NaN/0 values); they
-never raise. Which aiter function each flavor reproduces is in `flavors`.
+Recipe (SEMANTICS 2): ``amax = max(max|x|, floor)`` in fp32 (no floor where the flavor has none; NaN left
+out where the flavor's C++ reduction drops it), ``scale = amax / fmt_max`` (or ``amax * fp32(1/fmt_max)``,
+by the flavor's scale rule; an all-zero group's scale replaced where the flavor says so; with ue8m0 rounded
+up to a power of two by the flavor's rule), ``q = cast_rne(x * (1/scale))``, ``x / scale`` or
+``x * (fmt_max / amax)`` by the flavor's quotient, clamped to +-fmt_max first when the flavor clamps.
+NaN and Inf inputs flow through (a group holding an Inf gets an infinite scale and NaN/0 values; a flavor
+whose C++ clamp maps NaN to -fmt_max does so); they never raise. Which engine function each flavor
+reproduces is in `flavors` and `engine_flavors`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import warnings
 import torch
 
 from .._checks import describe, require_floating, require_min_ndim, require_multiple, require_tensor
-from .flavors import QuantFlavor, quant_flavor
+from .flavors import FLAVORS, QuantFlavor, quant_flavor
 from .formats import Fp8Format, fp8_format
 
 # Bound on the fp32 temporaries of block quantization (elements), so quantizing a 37M-element weight
@@ -54,18 +56,49 @@ def ceil_pow2(scale: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(scale) & (scale > 0), rounded, scale)
 
 
+def _ue8m0(scale: torch.Tensor, flavor: QuantFlavor) -> torch.Tensor:
+    """The flavor's power-of-two scale (its ue8m0 rule, after its ue8m0 scale floor)."""
+    if flavor.ue8m0_scale_floor > 0:
+        scale = scale.clamp_min(flavor.ue8m0_scale_floor)
+    if flavor.ue8m0_rule == "log2_fp32":
+        # Literally the engines' expression on fp32 scales: log2 rounds to fp32 first, so a scale a few ulps
+        # above 2^k has log2 == k and comes back as 2^k, below itself.
+        return torch.exp2(torch.ceil(torch.log2(scale)))
+    return ceil_pow2(scale)
+
+
 def _scale(amax: torch.Tensor, fmt_max: float, flavor: QuantFlavor) -> torch.Tensor:
     """The fp32 scale of each (floored) amax under the flavor's scale rule."""
     if flavor.scale_rule == "times_inverse_max":
         # `const float inverted_DTYPE_MAX = 1. / float(max)`: the quotient in double, rounded to fp32 once
         return amax * torch.tensor(1.0 / fmt_max, dtype=torch.float32, device=amax.device)
     if flavor.scale_rule == "torch_scalar_divide":
-        # Literally what aiter's torch reference writes, so each device rounds it as it does there.
+        # Literally what the torch code writes, so each device rounds it as it does there.
         return amax / fmt_max
     # Divide by a full tensor, not a Python scalar: CUDA torch turns `t / scalar` into `t * (1/scalar)`,
     # which is not the correctly rounded quotient (the CPU divides exactly), so scales would differ by
     # an ulp between devices.
     return amax / torch.full_like(amax, fmt_max)
+
+
+def _quotient(
+    view: torch.Tensor, amax: torch.Tensor, scale: torch.Tensor, fmt_max: float, flavor: QuantFlavor, ue8m0: bool
+) -> torch.Tensor:
+    """The fp32 numbers the flavor casts to fp8, before any clamp."""
+    if flavor.quotient == "div":
+        return view / scale
+    if flavor.quotient == "times_max_over_amax" and not ue8m0:
+        # torch's `448.0 / amax` is `amax.reciprocal() * 448.0`: two roundings, then the product with x
+        return view * (amax.reciprocal() * fmt_max)
+    return view * (1.0 / scale)
+
+
+def _clamp(y: torch.Tensor, fmt_max: float, flavor: QuantFlavor) -> torch.Tensor:
+    """Clamp to +-fmt_max the flavor's way: torch's clamp keeps NaN, C++ fminf(fmaxf(y, -max), max) makes it -max."""
+    y = y.clamp_(-fmt_max, fmt_max)
+    if flavor.nan_clamps_to_min:
+        y = y.masked_fill_(torch.isnan(y), -fmt_max)
+    return y
 
 
 def _scaled_cast(
@@ -88,14 +121,11 @@ def _scaled_cast(
     if flavor.zero_scale is not None:
         scale = torch.where(scale == 0, torch.full_like(scale, flavor.zero_scale), scale)
     if ue8m0:
-        scale = ceil_pow2(scale)
-    if flavor.quotient == "div":
-        y = view / scale
-    else:
-        y = view * (1.0 / scale)
+        scale = _ue8m0(scale, flavor)
+    y = _quotient(view, amax, scale, fmt_max, flavor, ue8m0)
     overflows = 0
     if flavor.clamp:
-        y = y.clamp_(-fmt_max, fmt_max)
+        y = _clamp(y, fmt_max, flavor)
     else:
         magnitude, threshold = y.abs(), overflow_threshold(fmt)
         beyond = magnitude >= threshold if _tie_rounds_up(fmt) else magnitude > threshold
@@ -111,6 +141,14 @@ def _report_overflow(name: str, count: int, fmt: Fp8Format, flavor: QuantFlavor)
             f"'{flavor.name}' (fmt max {flavor.fmt_max(fmt):g}) and became {effect}",
             Fp8OverflowWarning,
             stacklevel=3,
+        )
+
+
+def _check_ue8m0(name: str, flavor: QuantFlavor, ue8m0: bool) -> None:
+    if ue8m0 and flavor.ue8m0_rule == "none":
+        raise ValueError(
+            f"{name}: ue8m0=True, but flavor {flavor.name!r} has no power-of-two scale form ({flavor.models} "
+            "has none); use a flavor whose engine function takes ue8m0, e.g. 'sglang-triton-colmajor' or 'vllm-cuda'"
         )
 
 
@@ -131,6 +169,7 @@ def group_quantize(
     require_floating(name, x)
     require_min_ndim(name, x, 1)
     fmt, flavor = fp8_format(fmt), quant_flavor(flavor)
+    _check_ue8m0(name, flavor, ue8m0)
     if group_size <= 0:
         raise ValueError(f"{name}: group_size={group_size} must be positive")
     k = x.shape[-1]
@@ -160,10 +199,13 @@ def block_quantize(
         raise ValueError(f"{name}: {describe(w)} must be 2-D (N, K) for block quantization")
     fmt, flavor = fp8_format(fmt), quant_flavor(flavor)
     if not flavor.block_quantizer:
+        whose = f"{flavor.owner}'s" if flavor.owner else "a"
+        block_names = ", ".join(f"'{f.name}'" for f in FLAVORS.values() if f.block_quantizer)
         raise ValueError(
-            f"{name}: flavor {flavor.name!r} is aiter's 1x128 activation quantizer ({flavor.models}); aiter has "
-            "no 128x128 block quantizer - use 'aiter' (that recipe applied per block), 'vllm' or 'deepseek'"
+            f"{name}: flavor {flavor.name!r} is {whose} 1x128 activation quantizer ({flavor.models}), with no "
+            f"128x128 block form - use one of {block_names} ('aiter' is aiter-fused's recipe applied per block)"
         )
+    _check_ue8m0(name, flavor, ue8m0)
     bn, bk = block
     if bn <= 0 or bk <= 0:
         raise ValueError(f"{name}: block {block} must be positive")

@@ -105,6 +105,26 @@ def test_aiter_flavors_match_oracle_and_torch(flavor, fmt):
     assert_same_result(*both(TRITON, functools.partial(fused_qk_rmsnorm_group_quant, backend="torch"), **kwargs))
 
 
+@pytest.mark.parametrize("flavor", ["vllm-triton", "sglang-triton", "sglang-triton-colmajor"])
+@pytest.mark.parametrize("fmt", [FN, FNUZ], ids=["fn", "fnuz"])
+def test_engine_flavors_made_of_kernel_recipe_elements_match_torch(flavor, fmt):
+    """vLLM's and SGLang's Triton quant recipes use only what the kernels implement (an fp32 inverse of max,
+    x / scale or x * (1/scale), 224 on e4m3fnuz), so the kernels quantize with them bit for bit."""
+    case = make_case(m=4, n1=256, n2=64, seed=13, fmt=fmt, flavor=flavor)
+    kwargs = case.kwargs(transpose_scale=True, return_unquantized=True)
+    assert_same_result(*both(TRITON, functools.partial(fused_qk_rmsnorm_group_quant, backend="torch"), **kwargs))
+
+
+@pytest.mark.parametrize(
+    ("flavor", "why"),
+    [("vllm-cuda", "clamps NaN to -max"), ("deepgemm", "divides by a Python float"), ("vllm-native", "Python float")],
+)
+def test_engine_flavors_the_kernels_do_not_implement_are_refused(flavor, why):
+    case = make_case(m=2, n1=128, n2=None, seed=1, flavor=flavor)
+    with pytest.raises(ValueError, match=rf"flavor '{flavor}' .*{why}.*backend='torch'"):
+        TRITON(**case.kwargs())
+
+
 def test_aiter_torch_flavor_is_refused_with_the_reason():
     case = make_case(m=2, n1=128, n2=None, seed=1, flavor="aiter-torch")
     with pytest.raises(ValueError, match="flavor 'aiter-torch' divides by a Python float.*backend='torch'"):

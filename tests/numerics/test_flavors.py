@@ -57,7 +57,11 @@ def test_recipe_constants():
         "vllm": VLLM,
         "deepseek": DEEPSEEK,
     }
-    assert set(FLAVORS) == {"aiter", "aiter-hip", "aiter-triton", "aiter-fused", "aiter-torch", "vllm", "deepseek"}
+    engine = {"vllm-native", "vllm-triton", "vllm-cuda", "sglang-triton", "sglang-triton-colmajor", "deepgemm"}
+    assert (
+        set(FLAVORS)
+        == {"aiter", "aiter-hip", "aiter-triton", "aiter-fused", "aiter-torch", "vllm", "deepseek"} | engine
+    )
 
 
 @pytest.mark.parametrize("name", FLAVOR_NAMES)

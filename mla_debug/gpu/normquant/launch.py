@@ -187,6 +187,11 @@ def unsupported_reason(op: str, args: RowArgs) -> str | None:
             "differently on the CPU and on a GPU, and replaces a zero scale; the Triton kernels do not "
             "implement it (use backend='torch')"
         )
+    if flavor.quotient == "times_max_over_amax" or flavor.nan_clamps_to_min:
+        return (
+            f"{op}: flavor {flavor.name!r} multiplies by max/amax or clamps NaN to -max (C++ fminf/fmaxf); the "
+            "Triton kernels implement only x * (1/scale) and x / scale with a NaN-keeping clamp (use backend='torch')"
+        )
     return None
 
 
