@@ -27,8 +27,9 @@ scale that is not a power of two is truncated to the power of two below it. The 
 the values those buffers hold (`layouts.tma_aligned_column_major`, `layouts.unpack_ue8m0`), in the
 per-128-K-block order of the kernel.
 
-Its own input is quantized with the ``"deepseek"`` flavor (amax floored at 1e-4, / 448, x * (1/scale)), the
-DeepSeek/DeepGEMM reference recipe, with ue8m0 scales when ``ue8m0`` is on; pass ``flavor`` for another.
+Its own input is quantized with the ``"deepgemm"`` flavor (DeepGEMM's ``per_token_cast_to_fp8``: amax floored
+at 1e-4, scale amax / 448), with ue8m0 scales when ``ue8m0`` is on; pass ``flavor`` for the engine's own
+quantizer in front of it (``"vllm-cuda"`` for vLLM's QuantFP8 on CUDA, for instance).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class DeepGemmKernel(Kernel):
         ue8m0: bool = True,
         packed: bool | None = None,
         requant: str = VLLM_0_33,
-        flavor: str = "deepseek",
+        flavor: str = "deepgemm",
     ) -> None:
         super().__init__(flavor=flavor)
         if not isinstance(ue8m0, bool):

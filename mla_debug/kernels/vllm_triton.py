@@ -15,8 +15,10 @@ What it models, read from vLLM 0.33.0:
   holds everywhere; only the accumulation order differs, which ``accumulation="auto"`` follows (the
   reference order on a layer loaded for gfx1250, the kernel's per-block order elsewhere).
 - its input: the base ``Fp8BlockScaledMMLinearKernel`` quantizes with ``QuantFP8(column_major_scales=False)``
-  (``BlockScaledMMLinearKernel.py``): a ROW_MAJOR scale. The default flavor ``"vllm"`` is vLLM's group quant
-  recipe (amax / max, 224 on fnuz, clamp); ``flavor`` picks another.
+  (``BlockScaledMMLinearKernel.py``): a ROW_MAJOR scale. Block-FP8 weights switch the ``quant_fp8`` custom op
+  on (``config/vllm.py``: "+quant_fp8" when ``has_blocked_weights()``), and this kernel runs where aiter does
+  not (aiter's class comes first on ROCm), so ``QuantFP8.forward_cuda`` / ``forward_hip`` reach the C++
+  ``per_token_group_fp8_quant``: the default flavor is ``"vllm-cuda"``; ``flavor`` picks another.
 
 Contract: plain weight, scales read by their strides - ROW_MAJOR and (1, M)-strided producers are right,
 a COL_MAJOR "view" producer is read wrongly and recorded as an effective violation for M > 1. A CPU
@@ -54,7 +56,7 @@ class VllmTritonBlockscaleKernel(Kernel):
     vllm_name = "TritonFp8BlockScaledMMKernel"
     act_scale_layout = ScaleLayout.ROW_MAJOR
 
-    def __init__(self, accumulation: str = AUTO, flavor: str = "vllm") -> None:
+    def __init__(self, accumulation: str = AUTO, flavor: str = "vllm-cuda") -> None:
         super().__init__(flavor=flavor)
         if accumulation not in (AUTO, *ACCUMULATIONS):
             raise ValueError(f"accumulation {accumulation!r} is not one of {', '.join((AUTO, *ACCUMULATIONS))}")

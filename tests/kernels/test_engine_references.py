@@ -12,8 +12,8 @@ under test.
 - DeepGEMM's torch packing (SGLang's ``_get_mn_major_tma_aligned_packed_ue8m0_tensor_torch_impl``, its inverse
   ``_inverse_transform_scale_ue8m0_impl``, and the ``pack_ue8m0_to_int`` of the DeepGEMM vLLM vendors) is
   `layouts.pack_ue8m0` / `unpack_ue8m0`.
-- DeepGEMM's ``per_token_cast_to_fp8`` (vendored in vLLM), with and without ue8m0, is the ``deepgemm``
-  kernel's input quantization.
+- DeepGEMM's ``per_token_cast_to_fp8(use_ue8m0=True)`` (vendored in vLLM) is the ``deepgemm`` kernel's
+  default input quantization (and, without ue8m0, the "deepseek" flavor).
 - vLLM's ``requant_weight_ue8m0_inplace`` and SGLang's ``requant_weight_ue8m0`` recipe are
   `deepgemm_weights.requant_ue8m0` with the matching recipe.
 """
@@ -161,9 +161,12 @@ def test_packed_words_are_vendored_deepgemms_pack_ue8m0_to_int(folder):
     assert torch.equal(pack_to_int(scales), pack_ue8m0(scales))
 
 
-@pytest.mark.parametrize("ue8m0", [True, False])
+# The kernel's default ("deepgemm" flavor, ue8m0 on) is the vendored DeepGEMM function; without ue8m0 that
+# function forms x * (1 / (amax / 448)), the "deepseek" flavor - the "deepgemm" flavor then follows the
+# x * (448 / amax) of the copy SGLang ships, one rounding apart.
+@pytest.mark.parametrize(("ue8m0", "flavor"), [(True, "deepgemm"), (False, "deepseek")])
 @pytest.mark.parametrize(("m", "k"), [(1, 128), (5, 384), (8, 1024)])
-def test_deepgemm_input_quant_is_deepgemms_per_token_cast(folder, m, k, ue8m0):
+def test_deepgemm_input_quant_is_deepgemms_per_token_cast(folder, m, k, ue8m0, flavor):
     fns = load(
         "vllm",
         VENDORED_DEEPGEMM_MATH,
@@ -175,7 +178,7 @@ def test_deepgemm_input_quant_is_deepgemms_per_token_cast(folder, m, k, ue8m0):
     x = (torch.randn(m, k, generator=gen) * torch.logspace(-3, 3, m)[:, None]).to(torch.bfloat16)
     x[0, :128] = 0  # an all-zero group: the amax floor decides its scale
     q, scale = fns["per_token_cast_to_fp8"](x, use_ue8m0=ue8m0)
-    qa = md.get_kernel("deepgemm", ue8m0=ue8m0).quantize_input(x, md.E4M3FN)
+    qa = md.get_kernel("deepgemm", ue8m0=ue8m0, flavor=flavor).quantize_input(x, md.E4M3FN)
     assert torch.equal(qa.data.view(torch.uint8), q.view(torch.uint8))
     assert torch.equal(qa.logical_scale(), scale)
 
