@@ -22,7 +22,7 @@ What it models, read from vLLM 0.33.0:
 
 Contract: plain weight, scales read by their strides - ROW_MAJOR and (1, M)-strided producers are right,
 a COL_MAJOR "view" producer is read wrongly and recorded as an effective violation for M > 1. A CPU
-emulation in torch; tests/kernels/test_engine_triton_gemms.py runs vLLM's own Triton kernel from the
+emulation in torch; tests/engine_reference/test_engine_triton_gemms.py runs vLLM's own Triton kernel from the
 wheel under Triton's interpreter and checks it reads the same values.
 """
 

@@ -1,7 +1,7 @@
 """The engines' scale buffers: DeepGEMM's TMA-aligned column-major fp32 scales, four ue8m0 scales packed per
 int32, and SGLang's ``as_strided(scale, shape, (1, M))`` re-layout - exact strides, exact bytes, exact round
 trips (hypothesis). Expected bytes come from index loops here, never from the library's helpers; the
-engines' own functions are compared in tests/kernels/test_engine_references.py."""
+engines' own functions are compared in tests/engine_reference/test_kernel_layouts_vs_engines.py."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """The new kernels' layout transforms and load-time steps against the engines' own functions, byte for byte.
 
-Each engine function is loaded from the released wheel (tests/kernels/engine_code.py) and run here on the
-CPU; what it imports from the rest of its engine is given by the test: other functions of the same
-releases, loaded the same way, or - where the engine asks its platform - a stand-in naming the platform
-modelled (``current_platform`` of a CUDA machine with e4m3fn), never a re-implementation of the function
-under test.
+Each engine function is loaded from the released wheel (`engine_source`) and run here on the CPU; what it
+imports from the rest of its engine is given by the test: other functions of the same releases, loaded the
+same way, or - where the engine asks its platform - a stand-in naming the platform modelled
+(``current_platform`` of a CUDA machine with e4m3fn), never a re-implementation of the function under test.
 
 - SGLang 0.5.23 ``view_aiter_fused_rms_transposed_fp8_scale`` is `layouts.relay_column_major`.
 - SGLang 0.5.23 ``create_per_token_group_quant_fp8_output_scale`` allocates the TMA-aligned and packed
@@ -25,7 +24,7 @@ import types
 
 import pytest
 import torch
-from engine_code import load
+from engine_source import load
 
 import mla_debug as md
 from mla_debug.kernels.deepgemm_weights import SGLANG_0_5_23, VLLM_0_33, requant_ue8m0
@@ -41,11 +40,6 @@ VLLM_QUANT_UTILS = "vllm/model_executor/layers/quantization/utils/quant_utils.py
 VENDORED_DEEPGEMM_MATH = "vllm/third_party/deep_gemm/utils/math.py"
 
 SHAPES = [(1, 1), (1, 7), (3, 4), (5, 9), (8, 5), (13, 17)]
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("engine-files")
 
 
 def cuda_e4m3fn_platform() -> types.SimpleNamespace:
@@ -73,12 +67,12 @@ def powers_of_two(m: int, g: int, seed: int) -> torch.Tensor:
     return torch.exp2(torch.randint(-30, 10, (m, g), generator=gen).float())
 
 
-def deep_gemm_utils(folder) -> types.ModuleType:
+def deep_gemm_utils() -> types.ModuleType:
     """A ``deep_gemm.utils`` holding DeepGEMM's own ``align`` (vendored by vLLM) and ``get_tma_aligned_size``
     (vLLM's copy of DeepGEMM's), which SGLang's copied torch implementation imports."""
-    math_fns = load("vllm", VENDORED_DEEPGEMM_MATH, ["ceil_div", "align"], {"torch": torch}, folder)
-    cdiv = load("vllm", VLLM_MATH, ["cdiv"], {}, folder)["cdiv"]
-    sizes = load("vllm", VLLM_DEEP_GEMM, ["_align", "get_tma_aligned_size"], {"cdiv": cdiv}, folder)
+    math_fns = load("vllm", VENDORED_DEEPGEMM_MATH, ["ceil_div", "align"], {"torch": torch})
+    cdiv = load("vllm", VLLM_MATH, ["cdiv"], {})["cdiv"]
+    sizes = load("vllm", VLLM_DEEP_GEMM, ["_align", "get_tma_aligned_size"], {"cdiv": cdiv})
     module = types.ModuleType("deep_gemm.utils")
     module.align = math_fns["align"]
     module.get_tma_aligned_size = sizes["get_tma_aligned_size"]
@@ -90,8 +84,8 @@ def deep_gemm_utils(folder) -> types.ModuleType:
 
 @pytest.mark.parametrize(("m", "g"), SHAPES)
 @pytest.mark.parametrize("layout", list(md.ScaleLayout))
-def test_relayout_is_sglangs_view(folder, m, g, layout):
-    view = load("sglang", SGLANG_FP8_UTILS, ["view_aiter_fused_rms_transposed_fp8_scale"], {"torch": torch}, folder)[
+def test_relayout_is_sglangs_view(m, g, layout):
+    view = load("sglang", SGLANG_FP8_UTILS, ["view_aiter_fused_rms_transposed_fp8_scale"], {"torch": torch})[
         "view_aiter_fused_rms_transposed_fp8_scale"
     ]
     buffer = present_scale(powers_of_two(m, g, m * 31 + g), layout)
@@ -104,14 +98,13 @@ def test_relayout_is_sglangs_view(folder, m, g, layout):
 
 
 @pytest.mark.parametrize(("m", "g"), SHAPES)
-def test_tma_aligned_and_packed_buffers_have_sglangs_allocation_strides(folder, m, g):
-    common = load("sglang", SGLANG_COMMON, ["ceil_div", "ceil_align"], {}, folder)
+def test_tma_aligned_and_packed_buffers_have_sglangs_allocation_strides(m, g):
+    common = load("sglang", SGLANG_COMMON, ["ceil_div", "ceil_align"], {})
     allocate = load(
         "sglang",
         SGLANG_QUANT_KERNEL,
         ["create_per_token_group_quant_fp8_output_scale"],
         {"torch": torch, "ceil_align": common["ceil_align"]},
-        folder,
     )["create_per_token_group_quant_fp8_output_scale"]
     x_shape = (m, g * 128)
     fp32 = allocate(x_shape, "cpu", 128, column_major_scales=True, scale_tma_aligned=True, scale_ue8m0=False)
@@ -123,15 +116,11 @@ def test_tma_aligned_and_packed_buffers_have_sglangs_allocation_strides(folder, 
 
 
 @pytest.mark.parametrize(("m", "g"), SHAPES)
-def test_packing_is_deepgemms_torch_implementation(folder, monkeypatch, m, g):
+def test_packing_is_deepgemms_torch_implementation(monkeypatch, m, g):
     monkeypatch.setitem(sys.modules, "deep_gemm", types.ModuleType("deep_gemm"))
-    monkeypatch.setitem(sys.modules, "deep_gemm.utils", deep_gemm_utils(folder))
+    monkeypatch.setitem(sys.modules, "deep_gemm.utils", deep_gemm_utils())
     pack = load(
-        "sglang",
-        SGLANG_FP8_UTILS,
-        ["_get_mn_major_tma_aligned_packed_ue8m0_tensor_torch_impl"],
-        {"torch": torch},
-        folder,
+        "sglang", SGLANG_FP8_UTILS, ["_get_mn_major_tma_aligned_packed_ue8m0_tensor_torch_impl"], {"torch": torch}
     )["_get_mn_major_tma_aligned_packed_ue8m0_tensor_torch_impl"]
     scales = powers_of_two(m, g, m + 100 * g)
     theirs, ours = pack(scales), pack_ue8m0(scales)
@@ -142,8 +131,8 @@ def test_packing_is_deepgemms_torch_implementation(folder, monkeypatch, m, g):
 
 
 @pytest.mark.parametrize(("n_blocks", "g"), [(1, 4), (2, 8), (3, 12)])
-def test_unpacking_is_sglangs_inverse_transform(folder, n_blocks, g):
-    inverse = load("sglang", SGLANG_FP8_UTILS, ["_inverse_transform_scale_ue8m0_impl"], {"torch": torch}, folder)[
+def test_unpacking_is_sglangs_inverse_transform(n_blocks, g):
+    inverse = load("sglang", SGLANG_FP8_UTILS, ["_inverse_transform_scale_ue8m0_impl"], {"torch": torch})[
         "_inverse_transform_scale_ue8m0_impl"
     ]
     block_scales = powers_of_two(n_blocks, g, 9)
@@ -153,10 +142,8 @@ def test_unpacking_is_sglangs_inverse_transform(folder, n_blocks, g):
     assert torch.equal(unpack_ue8m0(rows, g)[::128], block_scales)
 
 
-def test_packed_words_are_vendored_deepgemms_pack_ue8m0_to_int(folder):
-    pack_to_int = load("vllm", VENDORED_DEEPGEMM_MATH, ["pack_ue8m0_to_int"], {"torch": torch}, folder)[
-        "pack_ue8m0_to_int"
-    ]
+def test_packed_words_are_vendored_deepgemms_pack_ue8m0_to_int():
+    pack_to_int = load("vllm", VENDORED_DEEPGEMM_MATH, ["pack_ue8m0_to_int"], {"torch": torch})["pack_ue8m0_to_int"]
     scales = powers_of_two(6, 8, 3)
     assert torch.equal(pack_to_int(scales), pack_ue8m0(scales))
 
@@ -166,13 +153,12 @@ def test_packed_words_are_vendored_deepgemms_pack_ue8m0_to_int(folder):
 # x * (448 / amax) of the copy SGLang ships, one rounding apart.
 @pytest.mark.parametrize(("ue8m0", "flavor"), [(True, "deepgemm"), (False, "deepseek")])
 @pytest.mark.parametrize(("m", "k"), [(1, 128), (5, 384), (8, 1024)])
-def test_deepgemm_input_quant_is_deepgemms_per_token_cast(folder, m, k, ue8m0, flavor):
+def test_deepgemm_input_quant_is_deepgemms_per_token_cast(m, k, ue8m0, flavor):
     fns = load(
         "vllm",
         VENDORED_DEEPGEMM_MATH,
         ["ceil_div", "align", "ceil_to_ue8m0", "per_token_cast_to_fp8"],
         {"torch": torch},
-        folder,
     )
     gen = torch.Generator().manual_seed(m * k)
     x = (torch.randn(m, k, generator=gen) * torch.logspace(-3, 3, m)[:, None]).to(torch.bfloat16)
@@ -193,10 +179,10 @@ def checkpoint_weight(n: int, k: int, seed: int) -> md.QuantizedWeight:
 
 
 @pytest.mark.parametrize(("n", "k"), [(128, 128), (256, 384), (200, 300)])
-def test_vllm_requant_is_requant_weight_ue8m0_inplace(folder, monkeypatch, n, k):
+def test_vllm_requant_is_requant_weight_ue8m0_inplace(monkeypatch, n, k):
     platform = cuda_e4m3fn_platform()
-    limits = load("vllm", VLLM_QUANT_UTILS, ["get_fp8_min_max"], {"torch": torch, "current_platform": platform}, folder)
-    cdiv = load("vllm", VLLM_MATH, ["cdiv"], {}, folder)["cdiv"]
+    limits = load("vllm", VLLM_QUANT_UTILS, ["get_fp8_min_max"], {"torch": torch, "current_platform": platform})
+    cdiv = load("vllm", VLLM_MATH, ["cdiv"], {})["cdiv"]
     deep_gemm = load(
         "vllm",
         VLLM_DEEP_GEMM,
@@ -208,7 +194,6 @@ def test_vllm_requant_is_requant_weight_ue8m0_inplace(folder, monkeypatch, n, k)
             "get_fp8_min_max": limits["get_fp8_min_max"],
             "DEFAULT_BLOCK_SIZE": [128, 128],
         },
-        folder,
     )
     # requant_weight_ue8m0_inplace imports per_block_cast_to_fp8 from vllm.utils.deep_gemm when it runs.
     for name in ("vllm", "vllm.utils"):
@@ -218,9 +203,9 @@ def test_vllm_requant_is_requant_weight_ue8m0_inplace(folder, monkeypatch, n, k)
         "vllm.utils.deep_gemm",
         types.SimpleNamespace(per_block_cast_to_fp8=deep_gemm["per_block_cast_to_fp8"]),
     )
-    requant = load(
-        "vllm", VLLM_FP8_UTILS, ["requant_weight_ue8m0_inplace"], {"torch": torch, "Sequence": list}, folder
-    )["requant_weight_ue8m0_inplace"]
+    requant = load("vllm", VLLM_FP8_UTILS, ["requant_weight_ue8m0_inplace"], {"torch": torch, "Sequence": list})[
+        "requant_weight_ue8m0_inplace"
+    ]
     weight = checkpoint_weight(n, k, n + k)
     theirs_w, theirs_s = weight.data.clone(), weight.scale.clone()
     requant(theirs_w, theirs_s, (128, 128))
@@ -230,14 +215,13 @@ def test_vllm_requant_is_requant_weight_ue8m0_inplace(folder, monkeypatch, n, k)
 
 
 @pytest.mark.parametrize(("n", "k"), [(128, 128), (256, 384), (200, 300)])
-def test_sglang_requant_is_its_requant_weight_ue8m0_recipe(folder, n, k):
-    common = load("sglang", SGLANG_COMMON, ["ceil_div", "ceil_align"], {}, folder)
+def test_sglang_requant_is_its_requant_weight_ue8m0_recipe(n, k):
+    common = load("sglang", SGLANG_COMMON, ["ceil_div", "ceil_align"], {})
     fns = load(
         "sglang",
         SGLANG_FP8_UTILS,
         ["block_quant_dequant", "ceil_to_ue8m0", "per_block_cast_to_fp8", "quant_weight_ue8m0"],
         {"torch": torch, "List": list, **common},
-        folder,
     )
     weight = checkpoint_weight(n, k, 7 * n + k)
     # requant_weight_ue8m0 minus its last step (DeepGEMM's scale packing, checked above).

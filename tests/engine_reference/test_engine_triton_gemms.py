@@ -11,6 +11,7 @@ On a CPU-only machine the kernels run under Triton's interpreter with compiled T
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -19,7 +20,7 @@ import types
 
 import pytest
 import torch
-from engine_code import interpreter_semantics, load, triton_device
+from engine_source import load
 
 import mla_debug as md
 
@@ -28,9 +29,25 @@ SGLANG_FP8_KERNEL = "sglang/kernels/ops/gemm/fp8_kernel.py"
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("engine-files")
+def triton_device() -> torch.device:
+    """The CUDA GPU when there is one, else the CPU under Triton's interpreter (skips when neither works)."""
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    from mla_debug.gpu import triton_env
+
+    if not triton_env.interpreting() or triton_env.interpreter_error():
+        pytest.skip("no CUDA GPU and Triton's interpreter is not usable in this process")
+    return torch.device("cpu")
+
+
+def interpreter_semantics():
+    """Compiled Triton's rounding of downcasts for kernels interpreted on the CPU; nothing on a GPU."""
+    if torch.cuda.is_available():
+        return contextlib.nullcontext()
+    from aiter_reference.interpreter_casts import compiled_semantics
+
+    return compiled_semantics()
 
 
 def exact_operands(m: int, n: int, k: int, seed: int):
@@ -48,7 +65,7 @@ def linear_of(w, ws, kernel: md.kernels.Kernel, platform: str | None = None) -> 
     return linear.attach(kernel)
 
 
-def vllm_gemm(folder, on_gfx1250: bool):
+def vllm_gemm(on_gfx1250: bool):
     """vLLM's w8a8_triton_block_scaled_mm with what it imports from vLLM: its kernel, its config lookup (no
     tuned JSON for this device, so the default config), the e8m0 upcast, and the platform it asks."""
     torch_fns = {"torch": torch, "triton": pytest.importorskip("triton")}
@@ -65,9 +82,10 @@ def vllm_gemm(folder, on_gfx1250: bool):
             "json": json,
             "logger": logging.getLogger("vllm"),
             "get_device_name_as_file_name": lambda: "CPU",
+            # the lookup reads configs/ beside the file; none is named for this device
+            "__file__": VLLM_FP8_UTILS,
             "Any": object,
         },
-        folder,
     )
     return load(
         "vllm",
@@ -80,15 +98,14 @@ def vllm_gemm(folder, on_gfx1250: bool):
             "envs": types.SimpleNamespace(VLLM_BATCH_INVARIANT=False),
             "get_w8a8_block_fp8_configs": configs["get_w8a8_block_fp8_configs"],
         },
-        folder,
     )["w8a8_triton_block_scaled_mm"]
 
 
 @pytest.mark.parametrize("layout", list(md.ScaleLayout))
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 128, 256), (3, 256, 384)])
-def test_vllm_triton_gemm_reads_scales_by_strides_like_the_emulation(folder, monkeypatch, layout, m, n, k):
+def test_vllm_triton_gemm_reads_scales_by_strides_like_the_emulation(monkeypatch, layout, m, n, k):
     device = triton_device()
-    gemm = vllm_gemm(folder, on_gfx1250=False)
+    gemm = vllm_gemm(on_gfx1250=False)
     x, w, xs, ws = exact_operands(m, n, k, seed=m + n)
     buffer = md.layouts.present_scale(xs, layout)
     with interpreter_semantics():
@@ -103,13 +120,13 @@ def test_vllm_triton_gemm_reads_scales_by_strides_like_the_emulation(folder, mon
 
 
 @pytest.mark.parametrize("layout", list(md.ScaleLayout))
-def test_vllm_gfx1250_reference_has_the_same_contract(folder, monkeypatch, layout):
+def test_vllm_gfx1250_reference_has_the_same_contract(monkeypatch, layout):
     import sys
 
     monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
     monkeypatch.setitem(sys.modules, "vllm.platforms", types.ModuleType("vllm.platforms"))
     monkeypatch.setitem(sys.modules, "vllm.platforms.rocm", types.SimpleNamespace(on_gfx1250=lambda: True))
-    gemm = vllm_gemm(folder, on_gfx1250=True)
+    gemm = vllm_gemm(on_gfx1250=True)
     x, w, xs, ws = exact_operands(5, 256, 512, seed=11)
     buffer = md.layouts.present_scale(xs, layout)
     theirs = gemm(x, w, buffer, ws, [128, 128], torch.bfloat16)
@@ -119,9 +136,9 @@ def test_vllm_gfx1250_reference_has_the_same_contract(folder, monkeypatch, layou
     assert torch.equal(ours.output.view(torch.int16), theirs.view(torch.int16))
 
 
-def sglang_gemm(folder):
+def sglang_gemm():
     """SGLang's w8a8_block_fp8_matmul_triton with what it imports from SGLang: its kernel, input checks and
-    config lookup (no tuned JSON here: the default config) on a device that is not Hopper nor gfx1250."""
+    config lookup (no tuned JSON here: the default config) on a device that is not Hopper, ROCm nor gfx1250."""
     triton = pytest.importorskip("triton")
     import triton.language as tl
 
@@ -140,20 +157,20 @@ def sglang_gemm(folder):
         "get_w8a8_block_fp8_configs": lambda *args: None,
         "get_platform": lambda: types.SimpleNamespace(is_sm90=False),
         "_is_gfx1250": False,
+        "_is_hip": False,
     }
-    return load("sglang", SGLANG_FP8_KERNEL, names, namespace, folder)["w8a8_block_fp8_matmul_triton"]
+    return load("sglang", SGLANG_FP8_KERNEL, names, namespace)["w8a8_block_fp8_matmul_triton"]
 
 
 @pytest.mark.parametrize("layout", list(md.ScaleLayout))
-def test_sglang_consumer_is_its_relayout_then_its_stride_reading_gemm(folder, layout):
+def test_sglang_consumer_is_its_relayout_then_its_stride_reading_gemm(layout):
     device = triton_device()
-    gemm = sglang_gemm(folder)
+    gemm = sglang_gemm()
     view = load(
         "sglang",
         "sglang/srt/layers/quantization/fp8_utils.py",
         ["view_aiter_fused_rms_transposed_fp8_scale"],
         {"torch": torch},
-        folder,
     )["view_aiter_fused_rms_transposed_fp8_scale"]
     x, w, xs, ws = exact_operands(4, 256, 384, seed=5)
     buffer = md.layouts.present_scale(xs, layout)
