@@ -27,7 +27,7 @@ BEHAVIOUR_FIELDS = (
 )
 VALID_KEYS = (
     "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned, "
-    "upstream, fixed_by, engine, settings, rules"
+    "triton_configs, upstream, fixed_by, engine, settings, rules"
 )
 NAMED = f"{', '.join(BUILTIN)} (built-in), {', '.join(md.scenarios.profile_names())} (engine profiles in data/engines/)"
 
@@ -43,6 +43,13 @@ kernel_options:
 
 def policy_fields(policy: md.KernelPolicy) -> tuple:
     return (policy.priority, policy.disabled, policy.overrides, policy.kernel_options)
+
+
+def write_triton_config(folder: Path) -> Path:
+    """A folder with one aiter Triton config: gfx1250's preshuffle GEMM tuned for (N=4096, K=512)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gfx1250-GEMM-A8W8_BLOCKSCALE_PRESHUFFLED-N=4096-K=512.json").write_text('{"M_LEQ_4": {}}')
+    return folder
 
 
 def write_tuned_csv(path: Path) -> Path:
@@ -92,6 +99,7 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
             v4_norm_quant_backend="torch",
         ),
         tuned_path=str(csv_path),
+        triton_configs_path=str(write_triton_config(tmp_path / "triton")),
         upstream="vLLM PR #51692 plus a local patch",
         fixed_by="vllm-pr56433",
         engine=md.scenarios.Engine("vLLM", "0.33.0+local"),
@@ -213,7 +221,7 @@ def test_scenario_accepts_a_dict_and_a_scenario():
         (
             {"name": "x", "kernel_options": {"aiter-bpreshuffle": {"honour_flags": False}}},
             "scenario 'x': unknown option(s) of kernel 'aiter-bpreshuffle' in kernel_options: honour_flags; "
-            "valid: accumulation, flavor, honour_layer_flags",
+            "valid: accumulation, flavor, honour_layer_flags, selection",
         ),
         (
             {"name": "x", "kernel_options": {"torch-reference": {"accumulation": "dequant"}}},
@@ -507,3 +515,18 @@ def test_fixed_by_names_a_named_scenario():
 def test_model_behaviour_fields_match_the_documented_list():
     # The error messages above list these; a new field must show up in them (and in to_dict).
     assert ", ".join(f for f in ModelBehaviour.__dataclass_fields__) == BEHAVIOUR_FIELDS
+
+
+def test_triton_configs_are_read_relative_to_the_file_and_reach_the_policy(tmp_path):
+    folder = write_triton_config(tmp_path / "configs" / "triton")
+    path = tmp_path / "configs" / "mine.yaml"
+    path.write_text("base: vllm-baseline\ntriton_configs: triton\n")
+    mine = md.Scenario.from_file(path)
+    assert mine.triton_configs_path == str(folder)
+    table = mine.policy("gfx1250", tuned=EMBEDDED).triton_configs
+    assert table.tuned("gfx1250", "GEMM-A8W8_BLOCKSCALE_PRESHUFFLED", 4096, 512)
+    assert md.scenario("vllm-baseline").policy("gfx1250", tuned=EMBEDDED).triton_configs.source == (
+        md.kernels.TritonConfigTable.default().source
+    )
+    with pytest.raises(FileNotFoundError, match="triton_configs: aiter Triton configs: .*nowhere does not exist"):
+        md.Scenario.from_dict({"name": "x", "triton_configs": str(tmp_path / "nowhere")})

@@ -13,10 +13,12 @@ Two kinds of remedy, searched separately because a user acts on them differently
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from ..kernels import KernelChoice, kernel_class, kernel_names
+from ..kernels import KERNELS, KernelChoice, kernel_class, kernel_names
+from ..kernels.base import vllm_class_of
 from ..kernels.choice import DENSE
 from ..layouts import ContractViolation, ViolationKind
 from ..scenarios import Scenario, SettingKind
@@ -199,12 +201,23 @@ def _runners_as(kernel: str, used: set[str]) -> list[str]:
 
 
 def vllm_class_name(kernel: str) -> str | None:
-    """The vLLM class a kernel is (or, for a native aiter kernel, wraps), as VLLM_DISABLED_KERNELS names it."""
-    for cls in kernel_class(kernel).__mro__:
-        name = getattr(cls, "vllm_name", None)
-        if name:
-            return name
-    return None
+    """The vLLM class a kernel is (or wraps, or is one backend of), as VLLM_DISABLED_KERNELS names it."""
+    return vllm_class_of(kernel)
+
+
+def _disable_target(kernel: str) -> str:
+    """The kernel whose disabling a user's setting amounts to: the kernel registered under the vLLM class
+    `kernel` models (disabling it takes every backend of the class), else the kernel it stands in for."""
+    setting = vllm_class_of(kernel)
+    if setting is not None and setting in KERNELS:
+        return KERNELS.canonical(setting)
+    return kernel_class(kernel).stands_in_for or kernel
+
+
+def _honours_flags_by_default(kernel: str) -> bool | None:
+    """The default of a kernel's ``honour_layer_flags`` option, or None when it has none."""
+    parameter = inspect.signature(kernel_class(kernel)).parameters.get("honour_layer_flags")
+    return None if parameter is None else parameter.default
 
 
 def candidate_changes(scenario: Scenario, kernels: dict[str, KernelChoice], cfg) -> list[Change]:
@@ -217,7 +230,13 @@ def candidate_changes(scenario: Scenario, kernels: dict[str, KernelChoice], cfg)
                 Change(KERNEL_TO_REFERENCE, layer, f"running {layer} through torch-reference instead of {kernel}")
             )
     used = {choice.kernel for choice in kernels.values()}
-    for kernel, options in scenario.kernel_options.items():
+    ignoring = {kernel: options for kernel, options in scenario.kernel_options.items()}
+    # A kernel that ignores the flags unless told (aiter-triton-bpreshuffle: vLLM 0.33 honours only is_bmm)
+    # is a candidate too when it ran with its default.
+    for kernel in sorted(used - set(ignoring)):
+        if kernel in kernel_names() and _honours_flags_by_default(kernel) is False:
+            ignoring[kernel] = {"honour_layer_flags": False}
+    for kernel, options in ignoring.items():
         if options.get("honour_layer_flags") is False:
             flags = "skip_weight_relayout" if cfg.arch == "v3" else "is_bmm / skip_weight_relayout"
             # Stand-ins (triton-bpreshuffle for aiter-bpreshuffle) take the options of the kernel they
@@ -234,8 +253,9 @@ def candidate_workarounds(scenario: Scenario, kernels: dict[str, KernelChoice]) 
     then, for a resolved engine profile, every declared environment variable or server argument set to
     another allowed value that changes the resolved scenario (`setting_changes`).
 
-    A stand-in is disabled through the kernel it stands in for - the name a vLLM user would write. An
-    engine profile of another engine than vLLM gets no kernel disables: VLLM_DISABLED_KERNELS is vLLM's.
+    A stand-in is disabled through the kernel it stands in for, a backend of a vLLM class through the
+    kernel registered under the class name - the name a vLLM user would write. An engine profile of
+    another engine than vLLM gets no kernel disables: VLLM_DISABLED_KERNELS is vLLM's.
     """
     changes = [] if _engine_without_kernel_disables(scenario) else _kernel_disables(scenario, kernels)
     return changes + setting_changes(scenario)
@@ -277,7 +297,7 @@ def _kernel_disables(scenario: Scenario, kernels: dict[str, KernelChoice]) -> li
     for ran in dict.fromkeys(choice.kernel for choice in kernels.values()):
         if ran in _NOT_CANDIDATES or ran not in kernel_names():
             continue
-        target = kernel_class(ran).stands_in_for or ran
+        target = _disable_target(ran)
         if target in scenario.disabled or any(c.target == target for c in changes):
             continue
         setting = vllm_class_name(target)

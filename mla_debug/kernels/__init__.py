@@ -1,6 +1,17 @@
 """Block-scaled FP8 GEMM kernels behind one interface; platforms, tuned tables and kernel selection."""
 
-from . import aiter_emulated, aiter_native, aiter_triton, cublas, reference, triton_kernels  # noqa: F401  (register the kernels)
+from . import (  # noqa: F401  (register the kernels)
+    aiter_emulated,
+    aiter_native,
+    aiter_triton,
+    aiter_triton_bpreshuffle,
+    cublas,
+    deepgemm,
+    reference,
+    sglang_triton,
+    triton_kernels,
+    vllm_triton,
+)
 from .base import (
     GEMM,
     KERNELS,
@@ -11,7 +22,9 @@ from .base import (
     get_kernel,
     kernel_class,
     kernel_names,
+    kernels_of_vllm_class,
     register_kernel,
+    vllm_class_of,
 )
 from .block_gemm import ACCUMULATIONS
 from .choice import KernelChoice, SkippedKernel
@@ -19,6 +32,7 @@ from .linear import BlockScaledLinear
 from .platforms import PLATFORMS, Platform, detect_platform, platform, platform_names
 from .policy import KernelPolicy, parse_disabled
 from .prequantized import apply_pre_quantized_block_scaled_mm, wanted_scale_layout
+from .triton_configs import TritonConfig, TritonConfigTable
 from .tuned import ENV_VAR as TUNED_ENV_VAR
 from .tuned import TableOrigin, TableSource, TunedRow, TunedTable, padded_m, padded_m_candidates
 
@@ -39,6 +53,8 @@ __all__ = [
     "SkippedKernel",
     "TableOrigin",
     "TableSource",
+    "TritonConfig",
+    "TritonConfigTable",
     "TunedRow",
     "TunedTable",
     "apply_pre_quantized_block_scaled_mm",
@@ -46,11 +62,13 @@ __all__ = [
     "get_kernel",
     "kernel_class",
     "kernel_names",
+    "kernels_of_vllm_class",
     "padded_m",
     "padded_m_candidates",
     "parse_disabled",
     "platform",
     "platform_names",
     "register_kernel",
+    "vllm_class_of",
     "wanted_scale_layout",
 ]

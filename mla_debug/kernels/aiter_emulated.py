@@ -14,6 +14,20 @@ default flavor is ``"aiter-hip"``, byte-exact with that kernel (`numerics.flavor
 ``honour_layer_flags`` models vLLM PR #56433: a weight flagged ``skip_weight_relayout`` / ``is_bmm`` /
 ``_cpu_skip_gemm_dispatch`` is left plain and multiplied by the plain GEMM. With it off (PR #51692),
 such weights are shuffled under their direct readers.
+
+``selection`` says which engine routes layers to the preshuffled kernel (`engine_rules`):
+
+- ``"tuned-row"`` (default): vLLM PR #51692's rule, a row in aiter's bpreshuffle tuned table for the
+  rank's (N, K) on the platform's (gfx, cu_num); the flags as ``honour_layer_flags`` says.
+- ``"sglang-0.5.23"``: SGLang 0.5.23 on gfx95 with HIP >= 7.2 - every block-FP8 linear except SGLang's
+  hard-coded Triton shapes, shuffled at load. SGLang reads only its own flag, ``keep_plain_weight_layout``
+  (``layers/quantization/fp8.py`` ``process_weights_after_loading``): such a weight stays plain, while a
+  call through the linear would still run the preshuffled GEMM on it (``aiter_w8a8_block_fp8_linear`` does
+  not look at the flag; SGLang never calls wo_a's linear), and the emulation records that misread. vLLM's
+  flags mean nothing to SGLang, so ``honour_layer_flags`` does not apply under this selection.
+
+Whenever the kernel shuffles a weight at load it sets the layer's ``aiter_bpreshuffled`` flag, as vLLM 0.33
+and SGLang 0.5.23 do.
 """
 
 from __future__ import annotations
@@ -26,12 +40,22 @@ from ..implementations import Check
 from ..layouts import QuantizedActivation, ScaleLayout, read_scale
 from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import Accumulation, block_scaled_mm, check_accumulation
+from .engine_rules import sglang_bpreshuffle_check
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear
     from .platforms import Platform
 
 SHUFFLE = (16, 16)
+TUNED_ROW = "tuned-row"
+SGLANG_0_5_23 = "sglang-0.5.23"
+BPRESHUFFLE_SELECTIONS = (TUNED_ROW, SGLANG_0_5_23)
+
+
+def check_selection(selection: str, allowed: tuple[str, ...], kernel: str) -> str:
+    if selection not in allowed:
+        raise ValueError(f"kernel {kernel!r}: selection {selection!r} is not one of {', '.join(allowed)}")
+    return selection
 
 
 class _AiterKernel(Kernel):
@@ -86,20 +110,37 @@ class AiterBpreshuffleEmulated(_AiterKernel):
     act_scale_layout = ScaleLayout.COL_MAJOR
 
     def __init__(
-        self, accumulation: Accumulation = "blockwise", flavor: str = "aiter-hip", honour_layer_flags: bool = True
+        self,
+        accumulation: Accumulation = "blockwise",
+        flavor: str = "aiter-hip",
+        honour_layer_flags: bool = True,
+        selection: str = TUNED_ROW,
     ) -> None:
         super().__init__(accumulation=accumulation, flavor=flavor)
         self.honour_layer_flags = honour_layer_flags
+        self.selection = check_selection(selection, BPRESHUFFLE_SELECTIONS, self.name)
 
     def can_implement(self, problem: GemmProblem) -> Check:
         check = super().can_implement(problem)
         if not check.ok:
             return check
+        if self.selection == SGLANG_0_5_23:
+            return sglang_bpreshuffle_check(problem.platform, problem.n, problem.k)
         if problem.n % 16:
             return Check(False, f"N={problem.n} is not a multiple of 16 (shuffle_weight(16,16))")
         return tuned_row_check(problem, problem.platform)
 
     def process_weights_after_loading(self, linear: BlockScaledLinear) -> None:
+        by = f"{self.name}.process_weights_after_loading"
+        if self.selection == SGLANG_0_5_23:
+            if linear.keep_plain_weight_layout:
+                linear.events.append(
+                    f"{self.name}: left the weight plain (honours keep_plain_weight_layout, as SGLang 0.5.23 "
+                    "fp8.py does); a call through this kernel would still read it as preshuffled"
+                )
+                return
+            linear.kernel_preshuffle(SHUFFLE, by=by)
+            return
         if self.honour_layer_flags and linear.reads_weight_directly:
             linear.plain_fallback = True
             linear.events.append(
@@ -107,7 +148,7 @@ class AiterBpreshuffleEmulated(_AiterKernel):
                 f"(honours {', '.join(linear.direct_read_flags)})"
             )
             return
-        linear.shuffle_weight(SHUFFLE, by=f"{self.name}.process_weights_after_loading")
+        linear.kernel_preshuffle(SHUFFLE, by=by)
 
     def contract(self, linear: BlockScaledLinear) -> Contract:
         if linear.plain_fallback:

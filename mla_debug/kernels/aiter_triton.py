@@ -21,6 +21,16 @@ What that means for the defects of vLLM PR #51692 (SEMANTICS 6):
   kernel in the plain-kernel slot (after ``triton-bpreshuffle``, say) a triage finds them exactly as
   with the emulated plain kernel, and it reads a weight someone else shuffled as plain bytes, wrongly,
   and records the violation.
+
+``selection`` says which layers an engine routes to it (`engine_rules` cites file and function):
+
+- ``"any"`` (default): every layer it can multiply;
+- ``"vllm-0.33"``: vLLM 0.33's ``use_triton`` inside AiterFp8BlockScaledMMKernel - not fnuz, and aiter ships
+  a tuned ``{arch}-GEMM-A8W8_BLOCKSCALE-N=..-K=...json`` for the rank's (N, K) (the problem's
+  ``triton_configs``, probed at M=128), or the platform is gfx1250;
+- ``"sglang-0.5.23"``: SGLang 0.5.23's hard-coded Triton shapes on gfx95.
+
+On an NVIDIA platform the rule is applied as on ``config_as``'s ROCm card, as the stand-ins do.
 """
 
 from __future__ import annotations
@@ -33,16 +43,21 @@ from ..gpu import aiter_triton
 from ..implementations import Check
 from ..layouts import QuantizedActivation, ScaleLayout
 from ..numerics import E4M3FNUZ
-from .aiter_emulated import AiterBlockscaleEmulated
+from .aiter_emulated import SGLANG_0_5_23, AiterBlockscaleEmulated, check_selection
 from .base import Contract, GemmProblem, register_kernel
 from .block_gemm import block_scaled_mm
+from .engine_rules import sglang_triton_check, vllm_triton_check
 from .gpu_problem import gpu_gemm_refusal
 from .platforms import platform
+from .stride_read import layout_read_by_strides, values_read_by_strides
 
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear
 
 BACKENDS = ("auto", "triton", "emulation")
+ANY = "any"
+VLLM_0_33 = "vllm-0.33"
+SELECTIONS = (ANY, VLLM_0_33, SGLANG_0_5_23)
 
 
 @register_kernel
@@ -55,11 +70,14 @@ class AiterTritonBlockscaleKernel(AiterBlockscaleEmulated):
     vllm_name = None
     stands_in_for = "aiter-blockscale"
 
-    def __init__(self, backend: str = "auto", config_as: str = "mi355x", flavor: str = "aiter-hip") -> None:
+    def __init__(
+        self, backend: str = "auto", config_as: str = "mi355x", flavor: str = "aiter-hip", selection: str = ANY
+    ) -> None:
         super().__init__(accumulation="blockwise", flavor=flavor)
         if backend not in BACKENDS:
             raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
         self.backend = backend
+        self.selection = check_selection(selection, SELECTIONS, self.name)
         self.config_as = platform(config_as)
         if self.config_as.arch not in aiter_triton.ARCH_OF_FP8.values():
             raise ValueError(
@@ -87,16 +105,20 @@ class AiterTritonBlockscaleKernel(AiterBlockscaleEmulated):
         if problem.platform.is_cuda and problem.fmt == E4M3FNUZ:
             # aiter picks its fp8 type from the device it runs on; on NVIDIA that is always e4m3fn.
             return Check(False, "e4m3fnuz does not exist on NVIDIA GPUs")
-        return Check(True, "takes this shape (K is a multiple of 128)")
+        if self.selection == ANY:
+            return Check(True, "takes this shape (K is a multiple of 128)")
+        as_on = problem.platform if problem.platform.is_rocm else self.config_as
+        if self.selection == VLLM_0_33:
+            ok, why = vllm_triton_check(as_on, problem.n, problem.k, problem.triton_configs)
+        else:
+            ok, why = sglang_triton_check(as_on, problem.n, problem.k)
+        return Check(ok, why if as_on is problem.platform else f"{why} (selection as on {as_on.name})")
 
     # -- run time ---------------------------------------------------------------------------------
     def scale_layout_read(self, qa: QuantizedActivation, contract: Contract) -> ScaleLayout:
         """By strides: (1, M)-strided buffers are read column-major, everything else row-major - a COL_MAJOR
         "view" buffer included, whose strides claim row-major."""
-        m, groups = qa.scale.shape
-        if m > 1 and groups > 1 and qa.scale.stride() == (1, m):
-            return ScaleLayout.COL_MAJOR_STRIDED
-        return ScaleLayout.ROW_MAJOR
+        return layout_read_by_strides(qa.scale)
 
     def uses_triton(self, device: torch.device) -> bool:
         if self.backend == "emulation":
@@ -116,6 +138,5 @@ class AiterTritonBlockscaleKernel(AiterBlockscaleEmulated):
                 f"{self.name} reads a plain (N, K) weight"
             )
         if not self.uses_triton(qa.data.device):
-            # What a stride-following reader sees is the tensor's own values at (m, g).
-            return block_scaled_mm(qa.fmt.decode(qa.data), qa.scale.float(), linear, None, "blockwise")
+            return block_scaled_mm(qa.fmt.decode(qa.data), values_read_by_strides(qa.scale), linear, None, "blockwise")
         return aiter_triton.gemm_a8w8_blockscale(qa.data, weight.data, qa.scale, weight.scale, self.config_as.arch)

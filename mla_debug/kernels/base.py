@@ -30,6 +30,7 @@ from ..numerics import Fp8Format
 if TYPE_CHECKING:
     from .linear import BlockScaledLinear
     from .platforms import Platform
+    from .triton_configs import TritonConfigTable
     from .tuned import TunedTable
 
 
@@ -40,7 +41,11 @@ GEMM = "block-scaled FP8 GEMM"
 @dataclass(frozen=True)
 class GemmProblem:
     """What a kernel is asked to implement for one linear layer (per rank), as served on `platform`
-    (the modelled serving platform, not the machine this runs on: that is `Kernel.availability`'s)."""
+    (the modelled serving platform, not the machine this runs on: that is `Kernel.availability`'s).
+
+    ``tuned`` is aiter's CK bpreshuffle tuned table, ``triton_configs`` aiter's arch-keyed Triton GEMM
+    configs: the two tables the engines consult before routing a layer to an aiter kernel.
+    """
 
     layer: str
     n: int
@@ -49,6 +54,7 @@ class GemmProblem:
     platform: Platform
     tuned: TunedTable | None = None
     m: int | None = None
+    triton_configs: TritonConfigTable | None = None
 
 
 @dataclass
@@ -83,8 +89,13 @@ class Kernel(ABC):
     operation: ClassVar[str] = GEMM
     wants_transposed_act_scale: ClassVar[bool] = False
     preshuffles_weight: ClassVar[bool] = False
-    # vLLM's class name, so VLLM_DISABLED_KERNELS-style lists can name kernels either way.
+    # vLLM's class name, registered as an alias so VLLM_DISABLED_KERNELS-style lists can name the kernel
+    # either way; one kernel per class name (the one a user means by the class).
     vllm_name: ClassVar[str | None] = None
+    # The vLLM class this kernel is one backend of, where that is not its own alias: vLLM 0.33's
+    # AiterFp8BlockScaledMMKernel chooses among three backends, each a kernel here. None: the first
+    # vllm_class / vllm_name up the class hierarchy (`vllm_class_of`).
+    vllm_class: ClassVar[str | None] = None
     # The kernel whose contract this one reproduces on other hardware (its options and disabling apply).
     stands_in_for: ClassVar[str | None] = None
     # The activation-scale presentation this kernel reads (and its own input quantization writes).
@@ -222,6 +233,25 @@ def register_kernel(cls: type[Kernel]) -> type[Kernel]:
 
 def kernel_names() -> list[str]:
     return KERNELS.names()
+
+
+def vllm_class_of(kernel: str | type[Kernel]) -> str | None:
+    """The vLLM class a kernel is, or is one backend of, or (a native aiter kernel, a Triton stand-in)
+    inherits from the kernel it reproduces: what ``VLLM_DISABLED_KERNELS`` switches it off by."""
+    cls = kernel_class(kernel) if isinstance(kernel, str) else kernel
+    for klass in cls.__mro__:
+        name = klass.__dict__.get("vllm_class") or klass.__dict__.get("vllm_name")
+        if name:
+            return name
+    return None
+
+
+def kernels_of_vllm_class(vllm_class: str) -> list[str]:
+    """Every registered kernel that models the vLLM class `vllm_class` (sorted): what disabling it removes.
+
+    >>> md.kernels.kernels_of_vllm_class("AiterFp8BlockScaledMMKernel")   # CK, aiter Triton, Triton preshuffle, ...
+    """
+    return [name for name in kernel_names() if vllm_class_of(name) == vllm_class]
 
 
 def kernel_class(name: str) -> type[Kernel]:

@@ -4,6 +4,10 @@ Its activation-scale contract is the same column-major order the preshuffled ait
 enforced through strides: it wants COL_MAJOR_STRIDED (M, K/128) scales with strides (1, M) and REJECTS a
 row-major buffer with an error. It is the loud counterpart of the silent ROCm bug; this adapter turns
 torch's rejection into an error that names the layer, the buffer and the rule.
+
+It is what vLLM 0.33.0's ``BlockWiseTorchFP8ScaledMMLinearKernel`` (``scaled_mm/pytorch.py``, last on CUDA's
+block-FP8 list) runs: ``torch._scaled_mm`` with (1x128, 128x128) block scales and a column-major activation
+scale, supported on CUDA only for compute capability 9.0 (its ``is_supported``); hence its vLLM name.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 class CublasBlockwiseKernel(Kernel):
     name = "cublas-blockwise"
     description = "torch F.scaled_mm BlockWise1x128 x BlockWise128x128 (cuBLAS, CUDA sm90+)"
+    vllm_name = "BlockWiseTorchFP8ScaledMMLinearKernel"
     wants_transposed_act_scale = True
     act_scale_layout = ScaleLayout.COL_MAJOR_STRIDED
 
@@ -47,6 +52,12 @@ class CublasBlockwiseKernel(Kernel):
             return Check(False, f"cuBLAS runs on NVIDIA platforms, not {problem.platform.name}")
         if problem.fmt != E4M3FN:
             return Check(False, f"cuBLAS blockwise takes e4m3fn, the weight is {problem.fmt.name}")
+        if problem.platform.arch != "sm90":
+            return Check(
+                False,
+                "vLLM 0.33.0 scaled_mm/pytorch.py BlockWiseTorchFP8ScaledMMLinearKernel: block-scaled "
+                f"torch._scaled_mm on CUDA requires compute capability 9.0, not {problem.platform.arch}",
+            )
         return super().can_implement(problem)
 
     def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:

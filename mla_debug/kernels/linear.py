@@ -1,9 +1,14 @@
 """A block-scaled FP8 linear layer as a serving engine holds it: bytes, scale, flags, chosen kernel.
 
-The flags mirror vLLM's: ``skip_weight_relayout`` (set by MLA on kv_b_proj, whose raw weight absorbed
-decode reads directly), ``is_bmm`` (DeepSeek-V4's wo_a, read as a grouped BMM) and the older CPU
-spelling ``_cpu_skip_gemm_dispatch``. Whether a kernel honours them is the kernel's business; the
-linear only records them, and records every transform applied to its weight and by whom.
+The direct-read flags mirror vLLM's: ``skip_weight_relayout`` (set by MLA on kv_b_proj, whose raw weight
+absorbed decode reads directly), ``is_bmm`` (DeepSeek-V4's wo_a, read as a grouped BMM) and the older CPU
+spelling ``_cpu_skip_gemm_dispatch``. ``keep_plain_weight_layout`` is SGLang's flag for the same need
+(SGLang 0.5.23 ``models/deepseek_v4.py`` sets it on wo_a; ``layers/quantization/fp8.py``
+``process_weights_after_loading`` then leaves the weight unshuffled); vLLM's kernels never read it.
+``aiter_bpreshuffled`` is the other direction: set by a kernel that shuffled the weight at load (vLLM 0.33
+``AiterFp8BlockScaledMMKernel.process_weights_after_loading``, SGLang's fp8.py), read by the DeepSeek-V4
+model to skip its own shuffle. Whether a kernel honours a flag is the kernel's business; the linear only
+records them, and records every transform applied to its weight and by whom.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class BlockScaledLinear:
         skip_weight_relayout: bool = False,
         is_bmm: bool = False,
         cpu_skip_gemm_dispatch: bool = False,
+        keep_plain_weight_layout: bool = False,
     ) -> None:
         if not isinstance(weight, QuantizedWeight):
             raise TypeError(f"{name}: weight must be a QuantizedWeight, got {type(weight).__name__}")
@@ -41,6 +47,11 @@ class BlockScaledLinear:
         self.skip_weight_relayout = skip_weight_relayout
         self.is_bmm = is_bmm
         self._cpu_skip_gemm_dispatch = cpu_skip_gemm_dispatch
+        self.keep_plain_weight_layout = keep_plain_weight_layout
+        # Set by a kernel that shuffled the weight at load (`kernel_preshuffle`), never by the model.
+        self.aiter_bpreshuffled = False
+        # The serving platform `load` chose the kernel for (None for a kernel attached by hand).
+        self.platform: Platform | None = None
         self.kernel: Kernel | None = None
         self.kernel_choice: KernelChoice | None = None  # why the kernel was chosen, as data
         self.kernel_reason = "not loaded"  # the same in one line
@@ -60,7 +71,8 @@ class BlockScaledLinear:
 
     @property
     def reads_weight_directly(self) -> bool:
-        """Whether something outside the kernel reads this weight's bytes (any of the three flags)."""
+        """Whether something outside the kernel reads this weight's bytes, by vLLM's three flags (SGLang's
+        ``keep_plain_weight_layout`` is separate: vLLM kernels do not read it)."""
         return self.skip_weight_relayout or self.is_bmm or self._cpu_skip_gemm_dispatch
 
     @property
@@ -72,6 +84,11 @@ class BlockScaledLinear:
         }
         return [flag for flag, on in names.items() if on]
 
+    @property
+    def layer_flags(self) -> list[str]:
+        """Every flag set on the layer, vLLM's and SGLang's (for display)."""
+        return self.direct_read_flags + (["keep_plain_weight_layout"] if self.keep_plain_weight_layout else [])
+
     # -- load -------------------------------------------------------------------------------------
     def load(self, policy: KernelPolicy, platform: Platform | str) -> BlockScaledLinear:
         """Choose a kernel through `policy` and let it re-lay out the weight (vLLM's load step)."""
@@ -79,6 +96,7 @@ class BlockScaledLinear:
 
         plat = get_platform(platform)
         kernel, choice = policy.choose(self.name, self.n, self.k, plat, fmt=self.weight.fmt)
+        self.platform = plat
         self.attach(kernel, choice)
         return self
 
@@ -98,6 +116,12 @@ class BlockScaledLinear:
         self.read_cache.clear()
         self.events.append(f"weight shuffled {tuple(layout)} by {by}")
 
+    def kernel_preshuffle(self, layout: ShuffleLayout, by: str) -> None:
+        """A kernel's load-time shuffle: shuffle once more and set ``aiter_bpreshuffled``, the flag vLLM 0.33
+        and SGLang 0.5.23 set after shuffling so that the model does not shuffle again."""
+        self.shuffle_weight(layout, by=by)
+        self.aiter_bpreshuffled = True
+
     # -- run --------------------------------------------------------------------------------------
     def run(self, x: torch.Tensor | QuantizedActivation) -> GemmCall:
         if self.kernel is None:
@@ -109,7 +133,7 @@ class BlockScaledLinear:
 
     def __repr__(self) -> str:
         kernel = self.kernel.name if self.kernel else "unloaded"
-        flags = ",".join(self.direct_read_flags) or "no flags"
+        flags = ",".join(self.layer_flags) or "no flags"
         return (
             f"<BlockScaledLinear {self.name} (N={self.n}, K={self.k}) {kernel}; {flags}; weight {self.weight.layout}>"
         )

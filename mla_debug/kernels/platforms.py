@@ -4,6 +4,17 @@ The (gfx, cu_num) pair is the key of aiter's tuned-GEMM tables, and it is per CA
 architecture: an MI300X and an MI308X are both gfx942 but report 304 and 80 compute units, so a table
 tuned on one never matches the other (SEMANTICS 5).
 
+Two presets model hardware whose every figure we could not read from a public specification, and say
+what is assumed:
+
+- ``gfx1250``: the AMD architecture vLLM 0.33 gives its own aiter paths (``platforms/rocm.py``
+  ``on_gfx1250``; ``get_cdna_version`` calls it CDNA 5). Its fp8 is OCP e4m3fn (vLLM's ``is_fp8_fnuz`` is
+  true only on gfx94x). The compute-unit count 256 is the ``cu_num`` every gfx1250 row of aiter's tuned
+  CSVs carries (aiter e4048607), not a published figure: a card reporting another count would not match
+  those rows, exactly as an MI300X misses the MI308X rows.
+- ``b200``: NVIDIA Blackwell, compute capability 10.0 (``sm100``), 148 SMs, e4m3fn. DeepGEMM's packed
+  ue8m0 scale format is the Blackwell one (vLLM 0.33 ``utils/deep_gemm.py`` ``DeepGemmQuantScaleFMT``).
+
 `detect_platform()` reads the current GPU's properties through torch; this module reads no
 environment variables.
 """
@@ -52,7 +63,16 @@ PLATFORMS: dict[str, Platform] = {
         Platform("mi308x", "amd", "gfx942", 80, E4M3FNUZ, "AMD Instinct MI308X (gfx942, 80 CUs)"),
         Platform("mi325x", "amd", "gfx942", 304, E4M3FNUZ, "AMD Instinct MI325X (gfx942, 304 CUs)"),
         Platform("mi355x", "amd", "gfx950", 256, E4M3FN, "AMD Instinct MI355X (gfx950, 256 CUs)"),
+        Platform(
+            "gfx1250",
+            "amd",
+            "gfx1250",
+            256,
+            E4M3FN,
+            "AMD gfx1250 (CDNA 5; 256 CUs assumed: the cu_num of aiter's gfx1250 tuned rows)",
+        ),
         Platform("h200", "nvidia", "sm90", 132, E4M3FN, "NVIDIA H200 (Hopper, sm90, 132 SMs)"),
+        Platform("b200", "nvidia", "sm100", 148, E4M3FN, "NVIDIA B200 (Blackwell, sm100, 148 SMs)"),
     )
 }
 

@@ -1,9 +1,11 @@
 """Kernel selection per linear layer, the way vLLM does it at load time.
 
 vLLM keeps a priority list per platform and picks, for each linear, the first kernel that is
-supported and whose ``can_implement`` passes; ``VLLM_DISABLED_KERNELS`` removes kernels by class name.
+supported and whose ``can_implement`` passes; ``VLLM_DISABLED_KERNELS`` removes kernels by class name
+(every kernel modelling that class: `KernelPolicy.is_disabled`).
 `KernelPolicy` is that list plus a disabled set, the tuned table the preshuffled kernel consults,
-per-layer overrides and per-kernel options. `choose` returns the kernel and a KernelChoice (the kernel's
+per-layer overrides, per-kernel options and aiter's Triton config table (which the vLLM 0.33 aiter kernels
+consult). `choose` returns the kernel and a KernelChoice (the kernel's
 name, the reason in words, what was skipped); `select` the same reason as one line.
 """
 
@@ -14,9 +16,10 @@ from dataclasses import dataclass, field
 
 from ..implementations import Check
 from ..numerics import Fp8Format
-from .base import GemmProblem, Kernel, get_kernel, kernel_class
+from .base import GemmProblem, Kernel, get_kernel, kernel_class, vllm_class_of
 from .choice import KernelChoice, SkippedKernel
 from .platforms import Platform, platform
+from .triton_configs import TritonConfigTable
 from .tuned import TunedTable
 
 
@@ -26,7 +29,10 @@ def _canonical(name: str) -> str:
 
 @dataclass
 class KernelPolicy:
-    """Ordered kernel priority, disabled kernels, tuned table and per-layer overrides.
+    """Ordered kernel priority, disabled kernels, tuned tables and per-layer overrides.
+
+    ``tuned`` is aiter's CK bpreshuffle tuned table (default `TunedTable.default()`), ``triton_configs``
+    aiter's Triton GEMM configs (default `TritonConfigTable.default()`); every GemmProblem carries both.
 
     >>> policy = md.KernelPolicy(["aiter-bpreshuffle", "aiter-blockscale"], tuned=md.kernels.TunedTable.embedded())
     >>> kernel, reason = policy.select("q_b_proj", 3072, 1536, md.platform("mi355x"))
@@ -37,6 +43,7 @@ class KernelPolicy:
     tuned: TunedTable | None = None
     overrides: dict[str, str] = field(default_factory=dict)
     kernel_options: dict[str, dict] = field(default_factory=dict)
+    triton_configs: TritonConfigTable | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.priority, str):
@@ -49,6 +56,8 @@ class KernelPolicy:
         self.kernel_options = {_canonical(name): dict(opts) for name, opts in self.kernel_options.items()}
         if self.tuned is None:
             self.tuned = TunedTable.default()
+        if self.triton_configs is None:
+            self.triton_configs = TritonConfigTable.default()
 
     @classmethod
     def for_platform(
@@ -91,8 +100,18 @@ class KernelPolicy:
         return get_kernel(name, **options)
 
     def is_disabled(self, name: str) -> bool:
-        """Disabled by name, or through the kernel it stands in for (VLLM_DISABLED_KERNELS names aiter's)."""
-        return name in self.disabled or kernel_class(name).stands_in_for in self.disabled
+        """Disabled by name, through the kernel it stands in for, or through its vLLM class.
+
+        A kernel registered under a vLLM class name is that class, so disabling it (by either name)
+        disables every kernel modelling the class, as ``VLLM_DISABLED_KERNELS`` does: vLLM 0.33's
+        AiterFp8BlockScaledMMKernel takes aiter-blockscale, aiter-triton-blockscale and
+        aiter-triton-bpreshuffle with it, and the native and Triton versions of a kernel go with it.
+        """
+        cls = kernel_class(name)
+        if name in self.disabled or cls.stands_in_for in self.disabled:
+            return True
+        classes = {kernel_class(off).vllm_name for off in self.disabled} - {None}
+        return vllm_class_of(cls) in classes
 
     def select(
         self, layer: str, n: int, k: int, plat: Platform | str, fmt: Fp8Format | None = None, m: int | None = None
@@ -108,7 +127,16 @@ class KernelPolicy:
         """The kernel for one linear (per-rank shape N x K) and the KernelChoice saying why, as data.
         Raises ValueError naming the layer, its shape and every kernel's refusal when none can take it."""
         plat = platform(plat)
-        problem = GemmProblem(layer=layer, n=n, k=k, fmt=fmt or plat.fp8, platform=plat, tuned=self.tuned, m=m)
+        problem = GemmProblem(
+            layer=layer,
+            n=n,
+            k=k,
+            fmt=fmt or plat.fp8,
+            platform=plat,
+            tuned=self.tuned,
+            m=m,
+            triton_configs=self.triton_configs,
+        )
         shape = f"{layer} (N={n}, K={k}) on {plat.name}"
         if layer in self.overrides:
             kernel = self.kernel(self.overrides[layer])

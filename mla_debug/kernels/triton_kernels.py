@@ -3,12 +3,13 @@
 - ``triton-blockscale`` stands in for aiter ``gemm_a8w8_blockscale``: plain weight, ROW_MAJOR scale bytes.
 - ``triton-bpreshuffle`` stands in for ``gemm_a8w8_blockscale_bpreshuffle``: weight shuffled (16, 16) at
   load and read in that byte order, COL_MAJOR scale bytes whatever the strides claim, the same
-  ``honour_layer_flags`` switch (vLLM PR #56433) and the same tuned-table selection rule.
+  ``honour_layer_flags`` switch (vLLM PR #56433) and the same ``selection`` rules (the tuned-table rule,
+  or SGLang 0.5.23's).
 
 They carry the aiter kernels' capability flags, so every scenario runs on a GPU unchanged and the silent
-layout bugs reproduce on NVIDIA hardware. On an NVIDIA platform the preshuffled kernel is chosen where
-aiter's tuned table for `tuned_as` (default the MI355X) has a row for the rank's (N, K) - the choice vLLM
-would make on that ROCm card - because no table exists for NVIDIA GPUs.
+layout bugs reproduce on NVIDIA hardware. On an NVIDIA platform the preshuffled kernel is chosen as the
+engine would choose on the ROCm card `tuned_as` names (default the MI355X: aiter's tuned table for its
+(gfx, cu_num), or SGLang's gfx95 rule) - because no table exists for NVIDIA GPUs.
 
 Where Triton cannot run (CPU tensors without TRITON_INTERPRET=1) the kernels compute with the aiter
 emulation's code, which reads the same bytes in the same order, so a triage gives the same verdicts on a
@@ -27,9 +28,17 @@ import torch
 from ..gpu.gemm import runs_on, triton_block_scaled_mm, triton_status
 from ..implementations import Check
 from ..layouts import QuantizedActivation
-from .aiter_emulated import SHUFFLE, AiterBlockscaleEmulated, AiterBpreshuffleEmulated, tuned_row_check
+from .aiter_emulated import (
+    SGLANG_0_5_23,
+    SHUFFLE,
+    TUNED_ROW,
+    AiterBlockscaleEmulated,
+    AiterBpreshuffleEmulated,
+    tuned_row_check,
+)
 from .base import Contract, GemmProblem, register_kernel
 from .block_gemm import Accumulation
+from .engine_rules import sglang_bpreshuffle_check
 from .gpu_problem import gpu_gemm_refusal
 from .platforms import platform
 
@@ -144,8 +153,11 @@ class TritonBpreshuffleKernel(_TritonGemm, AiterBpreshuffleEmulated):
         tuned_as: str = "mi355x",
         accumulation: Accumulation = "blockwise",
         flavor: str = "aiter-hip",
+        selection: str = TUNED_ROW,
     ) -> None:
-        super().__init__(accumulation=accumulation, flavor=flavor, honour_layer_flags=honour_layer_flags)
+        super().__init__(
+            accumulation=accumulation, flavor=flavor, honour_layer_flags=honour_layer_flags, selection=selection
+        )
         self._set_backend(backend)
         self.tuned_as = platform(tuned_as)
         if not self.tuned_as.is_rocm:
@@ -155,7 +167,11 @@ class TritonBpreshuffleKernel(_TritonGemm, AiterBpreshuffleEmulated):
         check = self.platform_check(problem)
         if not check.ok:
             return check
-        # The tuned table decides exactly as for aiter; on NVIDIA, as on the ROCm card named by tuned_as.
+        # The engine's rule decides exactly as for aiter; on NVIDIA, as on the ROCm card named by tuned_as.
         on_rocm = problem.platform.is_rocm
-        ok, why = tuned_row_check(problem, problem.platform if on_rocm else self.tuned_as)
+        as_on = problem.platform if on_rocm else self.tuned_as
+        if self.selection == SGLANG_0_5_23:
+            ok, why = sglang_bpreshuffle_check(as_on, problem.n, problem.k)
+        else:
+            ok, why = tuned_row_check(problem, as_on)
         return Check(ok, why if on_rocm else f"{why} (selection as on {self.tuned_as.name})")

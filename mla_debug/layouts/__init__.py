@@ -1,4 +1,5 @@
-"""Scale presentations, weight shuffles, layout histories, layout contracts and forensics."""
+"""Scale presentations (and the engines' re-layouts of them), weight shuffles, layout histories, layout
+contracts and forensics."""
 
 from .contracts import ContractViolation, ViolationKind, scale_order_violation, weight_read_violation
 from .forensics import (
@@ -25,6 +26,14 @@ from .scale_layout import (
     scale_memory,
 )
 from .scale_read import ScaleRead
+from .scale_relayout import relay_column_major, values_relaid
+from .tma_scales import (
+    is_tma_aligned_column_major,
+    pack_ue8m0,
+    tma_aligned_column_major,
+    tma_aligned_size,
+    unpack_ue8m0,
+)
 from .weight_layout import WeightLayout, WeightTransform
 from .weight_shuffle import LAYOUTS, is_involution, pad_k, shuffle_period, shuffle_weight, unshuffle_weight
 
@@ -50,11 +59,14 @@ __all__ = [
     "identify_scale_layout",
     "identify_weight_layout",
     "is_involution",
+    "is_tma_aligned_column_major",
+    "pack_ue8m0",
     "pad_k",
     "present_scale",
     "quantize_blocks",
     "quantize_groups",
     "read_scale",
+    "relay_column_major",
     "same_bytes",
     "scale_as_read",
     "scale_memory",
@@ -62,6 +74,10 @@ __all__ = [
     "shuffle_fit",
     "shuffle_period",
     "shuffle_weight",
+    "tma_aligned_column_major",
+    "tma_aligned_size",
+    "unpack_ue8m0",
     "unshuffle_weight",
+    "values_relaid",
     "weight_read_violation",
 ]

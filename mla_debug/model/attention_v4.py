@@ -39,7 +39,9 @@ MODEL_SHUFFLED = ("fused_wqa_wkv", "wo_b")
 def prepare_model_side(linears: dict, behaviour, is_rocm: bool) -> None:
     """The ROCm V4 model's own preshuffle of fused_wqa_wkv and wo_b, with direct bpreshuffle calls.
 
-    After vLLM PR #56433 the model skips its shuffle when the kernel already preshuffled the weight.
+    After vLLM PR #56433 the model skips its shuffle when the kernel already preshuffled the weight; it
+    learns that from the layer's ``aiter_bpreshuffled`` flag, which a kernel sets when it shuffles at load
+    (vLLM 0.33 ``models/deepseek_v4/amd/rocm.py`` reads the same flag before its ``shuffle_weight``).
     """
     if not (behaviour.v4_model_preshuffle and is_rocm):
         return
@@ -50,8 +52,7 @@ def prepare_model_side(linears: dict, behaviour, is_rocm: bool) -> None:
         if getattr(linear, "direct_kernel", None) is not None:
             continue  # a replicated linear shared by in-process ranks is prepared once
         block = linear.block
-        kernel_shuffled = block.kernel.preshuffles_weight and not block.plain_fallback
-        if not (behaviour.skip_model_shuffle_if_kernel_preshuffles and kernel_shuffled):
+        if not (behaviour.skip_model_shuffle_if_kernel_preshuffles and block.aiter_bpreshuffled):
             block.shuffle_weight((16, 16), by="model prepare_attn_preshuffle")
         linear.direct_kernel = get_kernel("aiter-bpreshuffle")
         block.events.append("model calls gemm_a8w8_blockscale_bpreshuffle directly")

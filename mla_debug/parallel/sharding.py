@@ -37,7 +37,9 @@ V3_LINEARS = (
 V4_LINEARS = (
     LinearSpec("fused_wqa_wkv", ("wq_a", "wkv"), REPLICATED),
     LinearSpec("wq_b", ("wq_b",), COLUMN),
-    LinearSpec("wo_a", ("wo_a",), COLUMN, {"is_bmm": True}),
+    # wo_a is read as a grouped BMM, never through its linear: vLLM marks it is_bmm, SGLang
+    # keep_plain_weight_layout (SGLang 0.5.23 models/deepseek_v4.py); each engine's kernels read their own.
+    LinearSpec("wo_a", ("wo_a",), COLUMN, {"is_bmm": True, "keep_plain_weight_layout": True}),
     LinearSpec("wo_b", ("wo_b",), ROW),
     LinearSpec("indexer.wq_b", ("indexer.wq_b",), REPLICATED),
 )

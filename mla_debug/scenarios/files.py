@@ -13,6 +13,7 @@ argument or the file's stem)::
     kernel_options: {aiter-bpreshuffle: {honour_layer_flags: false}}
     behaviour: {v4_fused_norm_quant: true, load_order: remote-kv}   # ModelBehaviour fields
     tuned: ./aiter-configs                          # CSV file(s) or configs/ folder; relative to the file
+    triton_configs: ./aiter-triton-gemm             # folder(s) of aiter Triton config JSON files (same rule)
     upstream: vLLM PR #51692                        # the upstream change this scenario models (words)
     fixed_by: vllm-pr56433                          # the named scenario modelling its known fix
 
@@ -28,7 +29,7 @@ only what it names; ``settings`` declares (a mapping) or sets (a scalar) by name
 base's rule of the same id, in place, or come after the base's. Everything is validated here, eagerly -
 kernel and norm+quant backend names against their registries (`implementations.Registry`: an unknown
 name lists the registered ones), kernel options against the kernel class's constructor, tuned tables
-by reading them - so a bad file fails when it is loaded, not in the middle of a run.
+and Triton config folders by reading them - so a bad file fails when it is loaded, not in the middle of a run.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..kernels import TunedTable
+from ..kernels import TritonConfigTable, TunedTable
 from . import checks
 from .rules import check_conditions, parse_rules
 from .settings import parse_settings
@@ -55,6 +56,7 @@ KEYS: dict[str, str] = {
     "base": "the name of a named scenario (built-in or engine profile)",
     **checks.POLICY_KEYS,
     "tuned": "a path or a list of paths (aiter tuned CSV files or a configs/ folder)",
+    "triton_configs": "a path or a list of paths (folders of aiter Triton config JSON files, or such files)",
     "upstream": "a string naming the upstream change the scenario models",
     "fixed_by": "the name of a named scenario (built-in or engine profile)",
     "engine": "a mapping {name, version}: the serving engine release a profile models",
@@ -104,22 +106,26 @@ def read_scenario_file(path: str | os.PathLike) -> Any:
 # -- validation ------------------------------------------------------------------------------------
 
 
-def _tuned(where: str, value: Any, relative_to: Path | None) -> str | tuple[str, ...] | None:
+def _paths(
+    where: str, key: str, value: Any, relative_to: Path | None, read: Callable[[list[str]], Any]
+) -> str | tuple[str, ...] | None:
+    """A path or list of paths (``tuned``, ``triton_configs``), made absolute against `relative_to` (the
+    file's folder, else the working directory) and checked by reading them with `read` now."""
     if value is None:
         return None
     if isinstance(value, str):
         items = [part for part in value.split(os.pathsep) if part]  # aiter's env-var form a.csv:b.csv
     else:
-        items = checks.string_list(where, "tuned", value, KEYS["tuned"])
+        items = checks.string_list(where, key, value, KEYS[key])
     if not items:
-        raise checks.type_error(where, "tuned", value, KEYS["tuned"])
+        raise checks.type_error(where, key, value, KEYS[key])
     folder = relative_to if relative_to is not None else Path.cwd()
     # Absolute paths, so the scenario means the same tables whatever the working directory later is.
     paths = [os.path.normpath(folder / Path(item).expanduser()) for item in items]
     try:
-        TunedTable.from_csv(paths)
+        read(paths)
     except (FileNotFoundError, ValueError) as err:
-        raise type(err)(f"{where}: tuned: {err}") from None
+        raise type(err)(f"{where}: {key}: {err}") from None
     return paths[0] if len(paths) == 1 else tuple(paths)
 
 
@@ -208,9 +214,13 @@ def parse_scenario(
             out["kernel_options"].setdefault(kernel, {}).update(options)
     if "behaviour" in data:
         out["behaviour"] = replace(out["behaviour"], **checks.behaviour(where, data["behaviour"]))
+    folder = Path(relative_to) if relative_to is not None else None
     if "tuned" in data:
-        folder = Path(relative_to) if relative_to is not None else None
-        out["tuned_path"] = _tuned(where, data["tuned"], folder)
+        out["tuned_path"] = _paths(where, "tuned", data["tuned"], folder, TunedTable.from_csv)
+    if "triton_configs" in data:
+        out["triton_configs_path"] = _paths(
+            where, "triton_configs", data["triton_configs"], folder, TritonConfigTable.from_folder
+        )
     if "upstream" in data:
         out["upstream"] = checks.string(where, "upstream", data["upstream"], KEYS["upstream"], True)
     if "fixed_by" in data:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..kernels import KernelPolicy, Platform, TunedTable, platform
+from ..kernels import KernelPolicy, Platform, TritonConfigTable, TunedTable, platform
 from .behaviour import ModelBehaviour
 from .files import parse_scenario, read_scenario_file
 from .resolution import AppliedRule, Resolution, SettingInEffect
@@ -18,7 +18,16 @@ from .rules import Rule, apply_rules
 from .settings import Setting, parse_settings, settings_in_effect
 from .sources import Engine
 
-_EFFECTIVE = ("priority", "preshuffled_first", "disabled", "overrides", "kernel_options", "behaviour", "tuned_path")
+_EFFECTIVE = (
+    "priority",
+    "preshuffled_first",
+    "disabled",
+    "overrides",
+    "kernel_options",
+    "behaviour",
+    "tuned_path",
+    "triton_configs_path",
+)
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,8 @@ class Scenario:
 
     ``tuned_path`` holds one path or a tuple of paths (aiter tuned CSVs or a configs/ folder); None
     uses `TunedTable.default()` (aiter's env var, an installed aiter, else the embedded shapes).
+    ``triton_configs_path`` likewise names folders of aiter Triton config JSON files; None uses
+    `TritonConfigTable.default()` (the pinned aiter release's configs).
 
     An engine profile also has an ``engine``, declared ``settings`` (with the values ``chosen`` away
     from the release's defaults) and ``rules``; the fields above are then what holds before any rule.
@@ -46,6 +57,7 @@ class Scenario:
     kernel_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     behaviour: ModelBehaviour = field(default_factory=ModelBehaviour)
     tuned_path: str | tuple[str, ...] | None = None
+    triton_configs_path: str | tuple[str, ...] | None = None
     # The upstream change this scenario models ("vLLM PR #51692"), and the scenario that models the
     # upstream change known to fix it (a named scenario). Triage runs the fix to say whether it restores.
     upstream: str = ""
@@ -111,6 +123,9 @@ class Scenario:
         out["behaviour"] = {f.name: getattr(self.behaviour, f.name) for f in fields(self.behaviour)}
         if self.tuned_path is not None:
             out["tuned"] = self.tuned_path if isinstance(self.tuned_path, str) else list(self.tuned_path)
+        if self.triton_configs_path is not None:
+            path = self.triton_configs_path
+            out["triton_configs"] = path if isinstance(path, str) else list(path)
         if self.upstream:
             out["upstream"] = self.upstream
         if self.fixed_by:
@@ -205,9 +220,11 @@ class Scenario:
         scen = self.resolve(plat)
         if tuned is None:
             tuned = TunedTable.from_csv(scen.tuned_path) if scen.tuned_path else TunedTable.default()
+        triton_configs = TritonConfigTable.from_folder(scen.triton_configs_path) if scen.triton_configs_path else None
         common = dict(
             disabled=set(scen.disabled),
             tuned=tuned,
+            triton_configs=triton_configs,
             overrides=dict(scen.overrides),
             kernel_options={k: dict(v) for k, v in scen.kernel_options.items()},
         )
