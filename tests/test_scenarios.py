@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ import yaml
 import mla_debug as md
 from mla_debug.normquant import NORM_QUANT_BACKENDS
 from mla_debug.scenarios import ModelBehaviour
+from mla_debug.scenarios.behaviour import CHOICES
 
 BUILTIN = ["reference", "vllm-baseline", "vllm-pr51692", "vllm-pr56433", "nvidia-cublas"]
 SOURCE = md.scenarios.Source("vllm", "0.33.0", "vllm/envs.py", "VLLM_ROCM_USE_AITER")
@@ -21,7 +22,8 @@ EMBEDDED = md.kernels.TunedTable.embedded()
 REGISTRY = f"registered kernels: {', '.join(md.kernels.kernel_names())}"
 BEHAVIOUR_FIELDS = (
     "v4_fused_norm_quant, v4_fused_transpose_scale, v4_ask_consumers, v4_model_preshuffle, "
-    "skip_model_shuffle_if_kernel_preshuffles, v4_norm_quant_backend"
+    "skip_model_shuffle_if_kernel_preshuffles, v4_norm_quant_backend, v4_wo_a_is_bmm, v3_fused_norm_quant, "
+    "v3_fused_transpose_scale, absorbed_weight_dtype, absorbed_bmm, absorbed_weights_derived, load_order"
 )
 VALID_KEYS = (
     "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned, "
@@ -91,7 +93,9 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
         overrides={"kv_b_proj": "torch-reference", "o_proj": "aiter-blockscale"},
         kernel_options={"aiter-blockscale": {"accumulation": "dequant", "flavor": "vllm"}},
         behaviour=ModelBehaviour(
-            **{f: True for f in ModelBehaviour.__dataclass_fields__ if f != "v4_norm_quant_backend"},
+            **{f.name: not f.default for f in fields(ModelBehaviour) if isinstance(f.default, bool)},
+            # The last value of each choice is not its default, and together they are consistent.
+            **{name: values[-1] for name, values in CHOICES.items()},
             v4_norm_quant_backend="torch",
         ),
         tuned_path=str(csv_path),
@@ -112,7 +116,7 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
         ),
     )
     # Precondition: every field but priority (checked below; it excludes preshuffled_first) and the three a
-    # resolution sets (never written to a file) is non-default.
+    # resolution sets (never written to a file) is non-default, and so is every behaviour field.
     default = md.Scenario("d", "")
     assert [f for f in md.Scenario.__dataclass_fields__ if getattr(full, f) == getattr(default, f)] == [
         "priority",
@@ -120,6 +124,7 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
         "origin",
         "resolved_on",
     ]
+    assert [f.name for f in fields(ModelBehaviour) if getattr(full.behaviour, f.name) == f.default] == []
     path = tmp_path / "everything.yaml"
     path.write_text(yaml.safe_dump(full.to_dict()))
     assert md.Scenario.from_file(path) == full
@@ -264,6 +269,26 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
             "'behaviour.v4_norm_quant_backend' must be a norm+quant backend name (string), got 1 (int)",
         ),
         (
+            "behaviour",
+            {"load_order": "remote"},
+            "'behaviour.load_order' must be one of 'standard', 'remote-kv', got 'remote' (str)",
+        ),
+        (
+            "behaviour",
+            {"absorbed_weight_dtype": True},
+            "'behaviour.absorbed_weight_dtype' must be one of 'fp32', 'bf16', 'fp8-per-tensor', got True (bool)",
+        ),
+        (
+            "behaviour",
+            {"v4_wo_a_is_bmm": "no"},
+            "'behaviour.v4_wo_a_is_bmm' must be a bool (true or false), got 'no' (str)",
+        ),
+        (
+            "behaviour",
+            {"absorbed_bmm": "fp8"},
+            "'behaviour.absorbed_bmm' must be one of 'dequantized', 'fp8-group-quant', got 'fp8' (str)",
+        ),
+        (
             "kernel_options",
             {"aiter-bpreshuffle": {"honour_layer_flags": "false"}},
             "'kernel_options.aiter-bpreshuffle.honour_layer_flags' must be a bool (like its default True), "
@@ -286,6 +311,17 @@ def test_wrong_types_name_the_key_the_value_and_the_expected_type(key, value, me
     with pytest.raises(ValueError) as err:
         md.Scenario.from_dict({"name": "x", key: value})
     assert str(err.value).startswith(f"scenario 'x': {message}")
+
+
+def test_behaviour_fields_are_independent_and_checked_in_python_too():
+    """A file (or a profile's rule) may set any one field alone, in any order - the FP8 BMM without the
+    FP8 weights it multiplies included; a ModelBehaviour built in Python is checked like a file."""
+    alone = md.Scenario.from_dict({"name": "b", "behaviour": {"absorbed_bmm": "fp8-group-quant"}})
+    assert (alone.behaviour.absorbed_weight_dtype, alone.behaviour.absorbed_bmm) == ("fp32", "fp8-group-quant")
+    with pytest.raises(ValueError, match="load_order='sideways' is not one of 'standard', 'remote-kv'"):
+        ModelBehaviour(load_order="sideways")
+    with pytest.raises(ValueError, match="v3_fused_norm_quant='yes' must be a bool"):
+        ModelBehaviour(v3_fused_norm_quant="yes")
 
 
 def test_a_non_string_name_is_a_type_error_in_words():

@@ -2,8 +2,9 @@
 
 Two kinds of remedy, searched separately because a user acts on them differently:
 
-- code fixes: what the serving engine's code would change - honour the direct-read flags, switch on one
-  model-side fix, or (to localise the fault) run one layer through the reference kernel;
+- code fixes: what the serving engine's code would change - honour the direct-read flags, make one
+  model-side fix (`BEHAVIOUR_FIXES`: a behaviour field set to the value that restores, per model
+  family), or (to localise the fault) run one layer through the reference kernel;
 - configuration workarounds: what a user can set tonight without touching code - disable a kernel the
   way ``VLLM_DISABLED_KERNELS`` does, so the next kernel in vLLM's priority list takes its layers, or,
   under an engine profile, give one of its declared environment variables or server arguments another
@@ -30,11 +31,67 @@ SET_SETTING = "set-setting"
 
 DISABLED_KERNELS_ENV = "VLLM_DISABLED_KERNELS"
 
-# Model-side fixes bisection may try, with how each reads in a sentence.
-BEHAVIOUR_FIXES = {
-    "v4_ask_consumers": "asking wq_b and indexer.wq_b for their scale order",
-    "skip_model_shuffle_if_kernel_preshuffles": "skipping the model's own shuffle of weights the kernel preshuffled",
-}
+# A behaviour field's value: a bool, or one of the field's choices (`scenarios.behaviour.CHOICES`).
+BehaviourValue = bool | str
+
+
+@dataclass(frozen=True)
+class BehaviourFix:
+    """One model-side change bisection may try: set behaviour `field` to `value`, described as the change
+    to the serving engine that does it. Offered for the model families in `archs` when the scenario's
+    behaviour has another value - and, with `requires`, only while that bool field is on (the change
+    means nothing without it)."""
+
+    field: str
+    value: BehaviourValue
+    archs: tuple[str, ...]
+    description: str
+    requires: str | None = None
+
+    def offered(self, behaviour, cfg) -> bool:
+        return (
+            cfg.arch in self.archs
+            and getattr(behaviour, self.field) != self.value
+            and (self.requires is None or bool(getattr(behaviour, self.requires)))
+        )
+
+    def change(self) -> Change:
+        # A bool switched on carries no value: the change reads (and serializes) as it always has.
+        return Change(BEHAVIOUR, self.field, self.description, value=None if self.value is True else self.value)
+
+
+# Model-side fixes bisection may try, in the order it tries them (DeepSeek-V4's first two as before).
+BEHAVIOUR_FIXES: tuple[BehaviourFix, ...] = (
+    BehaviourFix("v4_ask_consumers", True, ("v4",), "asking wq_b and indexer.wq_b for their scale order"),
+    BehaviourFix(
+        "skip_model_shuffle_if_kernel_preshuffles",
+        True,
+        ("v4",),
+        "skipping the model's own shuffle of weights the kernel preshuffled",
+    ),
+    BehaviourFix("v4_wo_a_is_bmm", True, ("v4",), "keeping is_bmm set on wo_a (DeepSeek-V4.1's ROCm model resets it)"),
+    BehaviourFix(
+        "load_order",
+        "standard",
+        ("v3",),
+        "loading in the standard order (W_UK/W_UV derived before the kernels process the weights), "
+        "not the remote-KV loader's",
+    ),
+    BehaviourFix(
+        "v3_fused_transpose_scale",
+        False,
+        ("v3",),
+        "the fused q_a_layernorm + quant producer writing ROW_MAJOR scales (transpose_scale=False)",
+        requires="v3_fused_norm_quant",
+    ),
+    BehaviourFix(
+        "v3_fused_transpose_scale",
+        True,
+        ("v3",),
+        "the fused q_a_layernorm + quant producer writing COL_MAJOR scales (transpose_scale=True)",
+        requires="v3_fused_norm_quant",
+    ),
+)
 
 # Kernels that are no fault to remove: the yardstick itself and unquantized weights.
 _NOT_CANDIDATES = ("torch-reference", DENSE)
@@ -50,15 +107,17 @@ class RemedyKind(str, Enum):
 @dataclass(frozen=True)
 class Change:
     """One change to a scenario: swap one layer's kernel to the reference, honour the direct-read flags,
-    switch on one model-side fix, disable one kernel (``setting`` then holds the vLLM class name that
-    ``VLLM_DISABLED_KERNELS`` takes, when the kernel has one), or set one declared setting of an engine
-    profile (``target`` the setting, ``value`` its new value, ``setting`` how a user writes it)."""
+    set one model-side behaviour field (``target``) to ``value``, disable one kernel (``setting`` then
+    holds the vLLM class name that ``VLLM_DISABLED_KERNELS`` takes, when the kernel has one), or set one
+    declared setting of an engine profile (``target`` the setting, ``value`` its new value, ``setting``
+    how a user writes it)."""
 
     kind: str
     target: str
     description: str
     setting: str | None = None
-    value: str | None = None
+    # The behaviour field's new value (None: True, a switched-on bool field) or the setting's new value.
+    value: BehaviourValue | None = None
 
     @property
     def remedy(self) -> RemedyKind:
@@ -85,11 +144,13 @@ class Change:
                 name=f"{scenario.name}-{self.target}",
                 disabled=tuple(dict.fromkeys((*scenario.disabled, self.target))),
             )
-        behaviour = replace(scenario.behaviour, **{self.target: True})
-        return replace(scenario, name=f"{scenario.name}+{self.target}", behaviour=behaviour)
+        value = True if self.value is None else self.value
+        behaviour = replace(scenario.behaviour, **{self.target: value})
+        suffix = self.target if value is True else f"{self.target}={value}"
+        return replace(scenario, name=f"{scenario.name}+{suffix}", behaviour=behaviour)
 
     def to_dict(self) -> dict:
-        """Plain data; ``value`` is written only for a setting change (the one kind that has one)."""
+        """Plain data; ``value`` is written for a setting change and a behaviour change that has one."""
         out = {
             "kind": self.kind,
             "target": self.target,
@@ -183,10 +244,7 @@ def candidate_changes(scenario: Scenario, kernels: dict[str, KernelChoice], cfg)
             runners = _runners_as(kernel, used)
             where = f"{runners[0]} (as {kernel})" if runners and kernel not in used else kernel
             changes.append(Change(HONOUR_FLAGS, kernel, f"honouring {flags} in {where}"))
-    if cfg.arch == "v4":
-        for field_name, sentence in BEHAVIOUR_FIXES.items():
-            if not getattr(scenario.behaviour, field_name):
-                changes.append(Change(BEHAVIOUR, field_name, sentence))
+    changes.extend(fix.change() for fix in BEHAVIOUR_FIXES if fix.offered(scenario.behaviour, cfg))
     return changes
 
 

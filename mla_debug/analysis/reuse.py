@@ -6,8 +6,9 @@ each of them repeats work whose result cannot change:
 
 - a linear's loaded state (its shard, the kernel chosen for it, that kernel's load-time re-layout, and
   the decoded weight the kernel reads) depends only on the shard, the kernel class and the kernel's
-  options - and, for the two DeepSeek-V4 linears the ROCm model re-lays out itself, on the model
-  behaviour. `LinearKey` is exactly that, and a loaded linear is shared by every run with that key;
+  options - and, for the linears the model re-lays out itself or flags differently under some
+  behaviour (`parallel.build.load_behaviour`), on the model behaviour. `LinearKey` is exactly that,
+  and a loaded linear is shared by every run with that key;
 - a GEMM's result depends only on the loaded linear and the bytes of its input: `ReusedLinear`
   remembers results by a digest of the input's bytes, layout and metadata, so the steps before the
   first one a change touches cost a dictionary lookup, not a GEMM.
@@ -30,11 +31,10 @@ from typing import Any
 import torch
 
 from ..kernels import KernelChoice, KernelPolicy, TunedTable
-from ..model.attention_v4 import MODEL_SHUFFLED
-from ..model.linear import DenseLinear, QuantizedLinear
+from ..model.linear import QuantizedLinear
 from ..model.records import StepRecord
 from ..numerics import E4M3FN, E4M3FNUZ
-from ..parallel.build import LayerBuilder
+from ..parallel.build import LayerBuilder, load_behaviour
 from ..parallel.gather import gather_step
 from ..parallel.hooks import hook_table
 from ..parallel.layer_run import LayerRun, assemble_run
@@ -94,7 +94,7 @@ class LinearKey:
     name: str
     rank: int | None  # None: replicated, one linear for every rank
     kernel: tuple  # kernel_config of the kernel chosen, or (DENSE,)
-    model_side: ModelBehaviour | None  # set for linears the model re-lays out itself (V4 on ROCm)
+    model_side: ModelBehaviour | None  # set for linears whose load depends on it (`load_behaviour`)
 
 
 class ReusedLinear(QuantizedLinear):
@@ -131,15 +131,16 @@ class ReusedLinear(QuantizedLinear):
             self._results.popitem(last=False)
         return call
 
-    def read_direct(self, reader: str):
+    def read_direct(self, reader: str, before_kernel_load: bool = False):
         state = self._weight_state()
-        entry = self._direct.get(reader)
+        key = (reader, before_kernel_load)
+        entry = self._direct.get(key)
         if entry is not None:
             old_state, result, version = entry
             if _same_state(old_state, state) and result[0]._version == version:
                 return result
-        result = super().read_direct(reader)
-        self._direct[reader] = (state, result, result[0]._version)
+        result = super().read_direct(reader, before_kernel_load)
+        self._direct[key] = (state, result, result[0]._version)
         return result
 
     def release_memory(self) -> None:
@@ -212,6 +213,8 @@ def program(layer, mode: str) -> tuple:
 
 
 class _Builder(LayerBuilder):
+    quantized_linear = ReusedLinear
+
     def __init__(self, cache: LayerCache, scen: Scenario, tp: int, policy: KernelPolicy, keys: dict) -> None:
         super().__init__(cache.cfg, cache.ckpt, tp, cache.platform, scen, cache.dtype, policy)
         self._cache, self._keys = cache, keys
@@ -224,9 +227,7 @@ class _Builder(LayerBuilder):
         if linear is None:
             if spec.name not in self._full:
                 self._full[spec.name] = full_weight(self.ckpt, spec, self.dtype)
-            weight = shard(self._full[spec.name], spec, self.tp_size, rank)
-            cls = DenseLinear if isinstance(weight, torch.Tensor) else ReusedLinear
-            linear = cls(spec.name, weight, **spec.flags).load(self.policy, self.platform)
+            linear = self.load_linear(spec, shard(self._full[spec.name], spec, self.tp_size, rank))
             self._cache._linears[key] = linear
             self._cache._weights[key] = getattr(getattr(linear, "block", None), "weight", None)
         return linear
@@ -279,7 +280,7 @@ class LayerCache:
             if spec.name not in self._full:
                 self._full[spec.name] = full_weight(self.ckpt, spec, self.dtype)
             weight = shard(self._full[spec.name], spec, tp, 0)
-            model_side = scen.behaviour if self.cfg.arch == "v4" and spec.name in MODEL_SHUFFLED else None
+            model_side = load_behaviour(self.cfg, spec, scen.behaviour, self.platform)
             if isinstance(weight, torch.Tensor):
                 out[spec.name] = ((DENSE,), model_side, KernelChoice.dense())
                 continue
@@ -359,7 +360,10 @@ class LayerCache:
             records,
             per_rank,
             kernels={name: selection[name][2] for name, _ in linears},
-            events={name: _events(linear, selection[name][2]) for name, linear in linears},
+            events={
+                name: _events(linear, selection[name][2]) + ranks[0].load_events.get(name, [])
+                for name, linear in linears
+            },
         )
         return ReuseRun(run, accessed, {m: program(ranks[0], m) for m in MODES})
 

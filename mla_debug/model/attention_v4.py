@@ -15,9 +15,17 @@ from __future__ import annotations
 import torch
 
 from ..kernels import get_kernel
-from ..layouts import ContractViolation, ScaleLayout, ScaleRead, ViolationKind
-from ..normquant import fused_qk_rmsnorm_group_quant, resolve_backend
+from ..layouts import ContractViolation, ScaleLayout, ViolationKind
 from .attention_math import attend, causal_mask
+from .fused_producer import (
+    UNFUSED,
+    ProducerPlan,
+    consumer_orders,
+    producer_record,
+    producer_step,
+    run_producer,
+    written_layout,
+)
 from .linear import QuantizedLinear
 from .norms import rms_norm
 from .program import RankLayer, Step
@@ -57,7 +65,7 @@ class AttentionV4Rank(RankLayer):
         super().__init__(*args, **kwargs)
         # Whether q_norm is the fused producer is settled once the linears are loaded. Known here, so
         # that `steps()` reads no linear: a run's account of which linears each step read stays exact.
-        self._fused_producer = self._producer_plan()[0]
+        self._producer = self._producer_plan()
 
     @property
     def local_heads(self) -> int:
@@ -84,16 +92,9 @@ class AttentionV4Rank(RankLayer):
         ]
 
     def _q_norm_step(self) -> Step:
-        if not self._fused_producer:
+        if not self._producer.fused:
             return Step("q_norm", self._q_norm, state_key="qr")
-        # The fused producer's consumers read its FP8 data and scales, which the recorded (unquantized)
-        # output does not determine: replacing the record would not reach them.
-        return Step(
-            "q_norm",
-            self._q_norm,
-            fixed="the fused norm+quant producer's consumers (wq_b, indexer.wq_b) read its FP8 data and scales, "
-            "not the unquantized output it records",
-        )
+        return producer_step("q_norm", self._q_norm, " and ".join(CONSUMERS))
 
     def _run(self, name: str, x):
         linear = self.linears[name]
@@ -109,28 +110,23 @@ class AttentionV4Rank(RankLayer):
         return self.linear_record("fused_wqa_wkv", call, REPLICATED)
 
     # -- the producer of the shared q-lora ----------------------------------------------------------
-    def _producer_plan(self) -> tuple[bool, ScaleLayout, list[str], list[ContractViolation]]:
-        """(fused?, scale layout written, notes, violations) for the q-lora producer."""
+    def _producer_plan(self) -> ProducerPlan:
+        """The q-lora producer: fused or not, the scale order it writes, notes, producer-side violations."""
         b = self.behaviour
-        consumers = [self.linears[name] for name in CONSUMERS]
-        if not b.v4_fused_norm_quant or not all(isinstance(c, QuantizedLinear) for c in consumers):
-            return False, ScaleLayout.ROW_MAJOR, [], []
-        wants = {name: c.block.kernel.contract(c.block).scale for name, c in zip(CONSUMERS, consumers)}
-        written = ScaleLayout.COL_MAJOR if b.v4_fused_transpose_scale else ScaleLayout.ROW_MAJOR
+        wants = consumer_orders(self.linears, CONSUMERS)
+        if not b.v4_fused_norm_quant or wants is None:
+            return UNFUSED
+        written = written_layout(b.v4_fused_transpose_scale)
         wanted = ", ".join(f"{name} reads {layout.name}" for name, layout in wants.items())
         if b.v4_ask_consumers:
             orders = set(wants.values())
             if len(orders) > 1 or next(iter(orders)) not in (ScaleLayout.ROW_MAJOR, ScaleLayout.COL_MAJOR):
-                return (
-                    False,
-                    written,
-                    [f"consumers disagree ({wanted}): fused norm+quant abandoned for the unfused path"],
-                    [],
-                )
-            return True, next(iter(orders)), [f"consumers asked ({wanted})"], []
-        violations = []
+                notes = (f"consumers disagree ({wanted}): fused norm+quant abandoned for the unfused path",)
+                return ProducerPlan(False, written, notes)
+            return ProducerPlan(True, next(iter(orders)), (f"consumers asked ({wanted})",))
+        violations = ()
         if len({layout.byte_order for layout in wants.values()}) > 1:
-            violations.append(
+            violations = (
                 ContractViolation(
                     kind=ViolationKind.CONSUMERS_DISAGREE,
                     consumer=" and ".join(CONSUMERS),
@@ -139,42 +135,22 @@ class AttentionV4Rank(RankLayer):
                     found=wanted,
                     effective=True,
                     message=f"q_norm: the fused producer writes {written.name} for two consumers that disagree ({wanted})",
-                )
+                ),
             )
-        return True, written, [], violations
+        return ProducerPlan(True, written, (), violations)
 
     def _q_norm(self, s: dict):
         cfg = self.cfg
         qr = s["wqa_wkv"][:, : cfg.q_lora_rank]
-        fused, layout, notes, violations = self._producer_plan()
-        if not fused:
+        plan = self._producer_plan()
+        if not plan.fused:
             s["qr"] = rms_norm(qr, self.norms["q_norm"], cfg.rms_norm_eps)
-            return self.record("q_norm", s["qr"], kernel="rmsnorm (unfused, bf16)", notes=notes)
+            return self.record("q_norm", s["qr"], kernel="rmsnorm (unfused, bf16)", notes=list(plan.notes))
         kv = s["wqa_wkv"][:, cfg.q_lora_rank :]
         fmt = self.linears["wq_b"].block.weight.fmt
-        backend = resolve_backend(self.behaviour.v4_norm_quant_backend, qr.device)
-        q_quant, kv_normed, q_unquantized, _ = fused_qk_rmsnorm_group_quant(
-            qr,
-            self.norms["q_norm"],
-            cfg.rms_norm_eps,
-            kv,
-            self.norms["kv_norm"],
-            cfg.rms_norm_eps,
-            transpose_scale=layout is ScaleLayout.COL_MAJOR,
-            fmt=fmt,
-            return_unquantized=True,
-            backend=backend,
-        )
-        s["qr"], s["qr_quant"], s["kv_fused"] = q_unquantized, q_quant, kv_normed
-        return self.record(
-            "q_norm",
-            q_unquantized,
-            kernel=f"fused_qk_rmsnorm_group_quant ({backend})",
-            scale_layout=ScaleRead(layout),
-            notes=notes,
-            violations=violations,
-            extras={"q_fp8_dequantized": q_quant.dequantize()},
-        )
+        result, backend = run_producer(self, qr, "q_norm", kv, "kv_norm", plan, fmt)
+        s["qr"], s["qr_quant"], s["kv_fused"] = result.q_unquantized, result.q_quant, result.k_normed
+        return producer_record(self, "q_norm", result, backend, plan)
 
     def _kv_norm(self, s: dict):
         if "kv_fused" in s:

@@ -133,8 +133,8 @@ class MLAConfig:
     # -- constructors -----------------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str) -> MLAConfig:
-        """A named configuration: deepseek-v3, deepseek-r1, kimi-k2, deepseek-v4-flash, deepseek-v4-pro,
-        mini, tiny, tiny-v4."""
+        """A named configuration: deepseek-v3, deepseek-r1, kimi-k2, deepseek-v4-flash, deepseek-v4.1,
+        deepseek-v4-pro, mini, tiny, tiny-v4."""
         key = name.strip().lower()
         if key not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
@@ -225,6 +225,22 @@ PRESETS: dict[str, MLAConfig] = {
         **{**_V3, "num_heads": 64, "rope_theta": 50000.0, "rms_norm_eps": 1e-5, "rope_scaling": _KIMI_YARN},
     ),
     "deepseek-v4-flash": MLAConfig(name="deepseek-v4-flash", **_V4_FLASH),
+    # DeepSeek-V4.1-Flash: the widths vLLM 0.33.0's V4.1 attention mega kernel is built for
+    # (models/deepseek_v41/amd/mono/attention/plan.py: HIDDEN 5120, Q_RANK 1280, HEAD_DIM 512, ROPE 64,
+    # N_HEADS 64, O_GROUPS 8, O_RANK 1024, WINDOW 128, TOPK 512, and its q/kv norm EPS 1e-20; the
+    # keylist.py docstring names the model), with the indexer's 32 heads of 128
+    # (models/deepseek_v41/attention.py, DeepseekV4Indexer.__init__: "index_n_heads  # 32",
+    # "index_head_dim  # 128"). Not in the wheel, so V4-Flash's: rope_theta, max_position_embeddings.
+    "deepseek-v4.1": MLAConfig(
+        name="deepseek-v4.1",
+        **{
+            **_V4_FLASH,
+            "hidden_size": 5120,
+            "q_lora_rank": 1280,
+            "index_n_heads": 32,
+            "rms_norm_eps": 1e-20,
+        },
+    ),
     # Pro dimensions are unverified (SEMANTICS 8): H 7168, 128 heads, Lq 1536, 16 output groups.
     "deepseek-v4-pro": MLAConfig(
         name="deepseek-v4-pro",

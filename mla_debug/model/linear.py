@@ -3,6 +3,8 @@
 Both answer `run(x) -> LinearCall` and `read_direct(reader)`: the latter is how MLA's absorbed decode
 (W_UK / W_UV from kv_b_proj) and DeepSeek-V4's grouped wo_a BMM read a weight outside any kernel - as
 a plain (N, K) matrix of whatever bytes are there, recording a violation when they were re-laid out.
+A reader that runs at load before the kernels process the weights (SGLang's ``post_load_weights``)
+reads the bytes as they were then: ``read_direct(reader, before_kernel_load=True)``.
 """
 
 from __future__ import annotations
@@ -62,12 +64,17 @@ class DenseLinear:
         out = (x.to(torch.float32) @ self.weight.to(torch.float32).t()).to(x.dtype)
         return LinearCall(out, self.kernel_name, weight_layout=self.weight_layout)
 
-    def read_direct(self, reader: str) -> tuple[torch.Tensor, ContractViolation | None]:
+    def read_direct(
+        self, reader: str, before_kernel_load: bool = False
+    ) -> tuple[torch.Tensor, ContractViolation | None]:
         return self.weight.to(torch.float32), None
 
     @property
     def weight_layout(self) -> WeightLayout:
         """A dense weight is never re-laid out: always plain."""
+        return WeightLayout()
+
+    def direct_read_layout(self, before_kernel_load: bool = False) -> WeightLayout:
         return WeightLayout()
 
     @property
@@ -81,6 +88,9 @@ class QuantizedLinear:
     def __init__(self, name: str, weight: QuantizedWeight, **flags: bool) -> None:
         self.name = name
         self.block = BlockScaledLinear(name, weight, **flags)
+        # The weight as loaded, before any kernel processed it: what a reader running at load ahead
+        # of the kernels sees (set again by `load` after a format conversion).
+        self.loaded_weight = weight
         self._memo: tuple | None = None
 
     @property
@@ -117,6 +127,7 @@ class QuantizedLinear:
                 self.block.events.append("converted e4m3fn -> e4m3fnuz at load (same bits, block scale x2)")
             else:
                 raise ValueError(f"{self.name}: a {weight.fmt.name} weight cannot run on {plat.name} ({plat.fp8.name})")
+        self.loaded_weight = self.block.weight
         self.block.load(policy, plat)
         return self
 
@@ -159,10 +170,20 @@ class QuantizedLinear:
         """What has been done to the weight's bytes so far (every shuffle and pad, and by whom)."""
         return self.block.weight.layout
 
-    def read_direct(self, reader: str) -> tuple[torch.Tensor, ContractViolation | None]:
+    def direct_read_layout(self, before_kernel_load: bool = False) -> WeightLayout:
+        """The layout a direct reader finds: the weight's now, or as loaded when it reads ahead of the kernels."""
+        return (self.loaded_weight if before_kernel_load else self.block.weight).layout
+
+    def read_direct(
+        self, reader: str, before_kernel_load: bool = False
+    ) -> tuple[torch.Tensor, ContractViolation | None]:
         """fp32 (N, K) from the bytes as a plain matrix times the block scale, like
-        vLLM's get_and_maybe_dequant_weights; a violation when those bytes were re-laid out."""
-        weight = self.block.weight
+        vLLM's get_and_maybe_dequant_weights; a violation when those bytes were re-laid out.
+
+        ``before_kernel_load`` reads the bytes as loaded, before the kernel's load-time processing:
+        a reader at load that runs ahead of the kernels (SGLang's standard loader).
+        """
+        weight = self.loaded_weight if before_kernel_load else self.block.weight
         violation = weight_read_violation(
             reader, f"{self.name}.weight", weight.layout, None, weight.k, weight.data.element_size(), direct_reader=True
         )

@@ -10,22 +10,55 @@ decode ("absorbed"): fused_qkv_a, q_a_layernorm, kv_a_layernorm, q_b_proj, rope,
 Decode treats every given token as a new query (batched decode / MTP verify) against a latent cache
 holding all given tokens (each token sees cache entries at positions <= its own). In exact arithmetic
 both modes give the same output. The absorbed path builds W_UK / W_UV from kv_b_proj's RAW weight
-bytes (a direct reader), so a kernel that re-laid those bytes out corrupts decode only.
+bytes (a direct reader), so a kernel that re-laid those bytes out corrupts decode only - when the
+derivation reads them after the kernel's load (`model.load_order`). How W_UK / W_UV are rounded and
+multiplied is `ModelBehaviour.absorbed_weight_dtype` / ``absorbed_bmm`` (`model.absorbed`).
+
+With ``ModelBehaviour.v3_fused_norm_quant`` (vLLM 0.33.0's compile pass ``MLADualRMSGroupQuantPattern``,
+``compilation/passes/fusion/rocm_aiter_fusion.py``), q_a_layernorm and kv_a_layernorm are one
+``fused_qk_rmsnorm_group_quant`` (`model.fused_producer`, the mechanism DeepSeek-V4's q_norm uses) whose
+quantized q feeds q_b_proj. The pass replaces a pattern, not a consumer's wish: it is registered for
+eps 1e-5 and 1e-6 only, and matches q_a_layernorm followed by a ROW_MAJOR 1x128 group quant
+(``MatcherQuantFP8`` without column-major scales) - a q_b_proj kernel that quantizes its input
+column-major keeps the unfused path. The fused kernel writes ``transpose_scale=False`` (ROW_MAJOR).
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..layouts import ScaleLayout
+from .absorbed import AbsorbedWeights, build_absorbed_weights
 from .attention_math import attend, causal_mask
+from .fused_producer import (
+    OP,
+    UNFUSED,
+    ProducerPlan,
+    consumer_orders,
+    producer_record,
+    producer_step,
+    run_producer,
+    written_layout,
+)
+from .linear import QuantizedLinear
+from .load_order import absorbed_derived_before_kernel_load, absorbed_reader
 from .norms import rms_norm
 from .program import RankLayer, Step
 from .records import CONCAT, REPLICATED
 from .rope import cos_sin, rotate_interleaved
 
+CONSUMERS = ("q_b_proj",)
+# The epsilons vLLM 0.33.0 registers MLADualRMSGroupQuantPattern for (MLADualRMSNormFusionPass.__init__).
+FUSION_PATTERN_EPSILONS = (1e-5, 1e-6)
+
 
 class MLAv3Rank(RankLayer):
     """One tensor-parallel rank of an MLA layer: heads [rank * Nh/t, (rank + 1) * Nh/t)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Settled once the linears are loaded, so that `steps()` reads no linear (see AttentionV4Rank).
+        self._producer = self._producer_plan()
 
     @property
     def local_heads(self) -> int:
@@ -34,7 +67,7 @@ class MLAv3Rank(RankLayer):
     def steps(self, mode: str) -> list[Step]:
         head = [
             Step("fused_qkv_a", self._fused_qkv_a, state_key="qkv_a"),
-            Step("q_a_layernorm", self._q_a_layernorm, state_key="q_c"),
+            self._q_a_layernorm_step(),
             Step("kv_a_layernorm", self._kv_a_layernorm, state_key="kv_c"),
             Step("q_b_proj", self._q_b_proj, state_key="q"),
             Step("rope", self._rope, state_key="q"),
@@ -58,19 +91,59 @@ class MLAv3Rank(RankLayer):
         s["qkv_a"] = call.output
         return self.linear_record("fused_qkv_a", call, REPLICATED)
 
+    # -- the q-lora producer: plain RMSNorm, or the fused norm+quant of vLLM 0.33's compile pass --------
+    def _producer_plan(self) -> ProducerPlan:
+        """Whether q_a_layernorm is the fused producer feeding q_b_proj, and the scale order it writes."""
+        b = self.behaviour
+        if not b.v3_fused_norm_quant:
+            return UNFUSED
+        wants = consumer_orders(self.linears, CONSUMERS)
+        if wants is None:
+            return UNFUSED
+        written = written_layout(b.v3_fused_transpose_scale)
+        eps = self.cfg.rms_norm_eps
+        if eps not in FUSION_PATTERN_EPSILONS:
+            note = f"rms_norm_eps={eps:g} is not an epsilon the compile pass registers its pattern for (1e-5, 1e-6)"
+            return ProducerPlan(False, written, (f"{note}: q_a_layernorm stays unfused",))
+        own = wants["q_b_proj"]
+        if own is not ScaleLayout.ROW_MAJOR:
+            note = (
+                f"q_b_proj's kernel quantizes its input with {own.name} scales and the compile pass matches only "
+                "a ROW_MAJOR 1x128 group quant"
+            )
+            return ProducerPlan(False, written, (f"{note}: q_a_layernorm stays unfused",))
+        return ProducerPlan(True, written)
+
+    def _q_a_layernorm_step(self) -> Step:
+        if not self._producer.fused:
+            return Step("q_a_layernorm", self._q_a_layernorm, state_key="q_c")
+        return producer_step("q_a_layernorm", self._q_a_layernorm, " and ".join(CONSUMERS))
+
     def _q_a_layernorm(self, s: dict):
-        lq = self.cfg.q_lora_rank
-        s["q_c"] = rms_norm(s["qkv_a"][:, :lq], self.norms["q_a_layernorm"], self.cfg.rms_norm_eps)
-        return self.record("q_a_layernorm", s["q_c"], kernel="rmsnorm")
+        cfg = self.cfg
+        lq, lkv = cfg.q_lora_rank, cfg.kv_lora_rank
+        plan = self._producer_plan()
+        if not plan.fused:
+            s["q_c"] = rms_norm(s["qkv_a"][:, :lq], self.norms["q_a_layernorm"], cfg.rms_norm_eps)
+            return self.record("q_a_layernorm", s["q_c"], kernel="rmsnorm", notes=list(plan.notes))
+        fmt = self.linears["q_b_proj"].block.weight.fmt
+        q_c, kv_c = s["qkv_a"][:, :lq], s["qkv_a"][:, lq : lq + lkv]
+        result, backend = run_producer(self, q_c, "q_a_layernorm", kv_c, "kv_a_layernorm", plan, fmt)
+        s["q_c"], s["q_c_quant"], s["kv_c_fused"] = result.q_unquantized, result.q_quant, result.k_normed
+        return producer_record(self, "q_a_layernorm", result, backend, plan)
 
     def _kv_a_layernorm(self, s: dict):
         lq, lkv = self.cfg.q_lora_rank, self.cfg.kv_lora_rank
-        s["kv_c"] = rms_norm(s["qkv_a"][:, lq : lq + lkv], self.norms["kv_a_layernorm"], self.cfg.rms_norm_eps)
         s["k_pe_raw"] = s["qkv_a"][:, lq + lkv :]
+        if "kv_c_fused" in s:
+            s["kv_c"] = s["kv_c_fused"]
+            return self.record("kv_a_layernorm", s["kv_c"], kernel=OP)
+        s["kv_c"] = rms_norm(s["qkv_a"][:, lq : lq + lkv], self.norms["kv_a_layernorm"], self.cfg.rms_norm_eps)
         return self.record("kv_a_layernorm", s["kv_c"], kernel="rmsnorm")
 
     def _q_b_proj(self, s: dict):
-        call = self.linears["q_b_proj"].run(s["q_c"])
+        # The fused producer's FP8 output when there is one (read in q_b_proj's kernel's own order).
+        call = self.linears["q_b_proj"].run(s.get("q_c_quant", s["q_c"]))
         s["q"] = call.output.view(-1, self.local_heads, self.cfg.qk_head_dim)
         return self.linear_record("q_b_proj", call, CONCAT, gather_dim=-1)
 
@@ -107,30 +180,44 @@ class MLAv3Rank(RankLayer):
         return self.record("attention", s["attn"], CONCAT, gather_dim=1, kernel="attention (naive MHA, fp32)")
 
     # -- decode ("absorbed") ----------------------------------------------------------------------
-    def _absorbed_weights(self, s: dict):
-        """W_UK (h, P, Lkv) and W_UV (h, V, Lkv) from kv_b_proj's raw bytes, as vLLM builds them."""
-        if "w_uk" not in s:
-            cfg = self.cfg
-            weight, violation = self.linears["kv_b_proj"].read_direct("absorbed decode (W_UK/W_UV)")
-            per_head = weight.view(self.local_heads, cfg.qk_nope_head_dim + cfg.v_head_dim, cfg.kv_lora_rank)
-            s["w_uk"], s["w_uv"] = per_head[:, : cfg.qk_nope_head_dim], per_head[:, cfg.qk_nope_head_dim :]
+    def _absorbed_weights(self, s: dict) -> AbsorbedWeights:
+        """W_UK (h, P, Lkv) and W_UV (h, V, Lkv) from kv_b_proj's raw bytes - as they were when the engine
+        derived them (`model.load_order`) - built and multiplied as the behaviour says (`model.absorbed`)."""
+        if "absorbed" not in s:
+            cfg, b = self.cfg, self.behaviour
+            linear = self.linears["kv_b_proj"]
+            before = absorbed_derived_before_kernel_load(b)
+            weight, violation = linear.read_direct(absorbed_reader(b), before_kernel_load=before)
+            fmt = linear.block.weight.fmt if isinstance(linear, QuantizedLinear) else None
+            s["absorbed"] = build_absorbed_weights(
+                weight,
+                self.local_heads,
+                cfg.qk_nope_head_dim,
+                cfg.v_head_dim,
+                cfg.kv_lora_rank,
+                b.absorbed_weight_dtype,
+                b.absorbed_bmm,
+                fmt,
+            )
+            s["absorbed_layout"] = linear.direct_read_layout(before)
             s["direct_violations"] = [violation] if violation else []
-        return s["w_uk"], s["w_uv"]
+        return s["absorbed"]
 
-    def _absorb_uk(self, s: dict):
-        w_uk, _ = self._absorbed_weights(s)
-        q_nope = s["q"][..., : self.cfg.qk_nope_head_dim].to(torch.float32)
-        s["q_latent"] = torch.einsum("mhp,hpc->mhc", q_nope, w_uk).to(self.dtype)
-        layout = self.linears["kv_b_proj"].weight_layout
+    def _absorb_record(self, name: str, output, s: dict):
         return self.record(
-            "absorb_uk",
-            s["q_latent"],
+            name,
+            output,
             CONCAT,
             gather_dim=1,
             kernel="bmm (direct read of kv_b_proj)",
-            weight_layout=layout,
+            weight_layout=s["absorbed_layout"],
             violations=list(s["direct_violations"]),
         )
+
+    def _absorb_uk(self, s: dict):
+        absorbed = self._absorbed_weights(s)
+        s["q_latent"] = absorbed.absorb_uk(s["q"][..., : self.cfg.qk_nope_head_dim]).to(self.dtype)
+        return self._absorb_record("absorb_uk", s["q_latent"], s)
 
     def _attention_absorbed(self, s: dict):
         cfg = self.cfg
@@ -143,18 +230,9 @@ class MLAv3Rank(RankLayer):
         )
 
     def _absorb_uv(self, s: dict):
-        _, w_uv = self._absorbed_weights(s)
-        s["attn"] = torch.einsum("mhc,hvc->mhv", s["attn_latent"].to(torch.float32), w_uv).to(self.dtype)
-        layout = self.linears["kv_b_proj"].weight_layout
-        return self.record(
-            "absorb_uv",
-            s["attn"],
-            CONCAT,
-            gather_dim=1,
-            kernel="bmm (direct read of kv_b_proj)",
-            weight_layout=layout,
-            violations=list(s["direct_violations"]),
-        )
+        absorbed = self._absorbed_weights(s)
+        s["attn"] = absorbed.absorb_uv(s["attn_latent"]).to(self.dtype)
+        return self._absorb_record("absorb_uv", s["attn"], s)
 
     # -- output -----------------------------------------------------------------------------------
     def _o_proj(self, s: dict):

@@ -132,6 +132,9 @@ class RankLayer(ABC):
         self.tp_size = tp_size
         self.dtype = dtype
         self.behaviour = behaviour
+        # Load-history lines a builder adds per linear that depend on the model behaviour, not on the
+        # linear (a load order): kept here because loaded linears may be shared by runs of other behaviours.
+        self.load_events: dict[str, list[str]] = {}
 
     @abstractmethod
     def steps(self, mode: str) -> list[Step]:

@@ -1,16 +1,76 @@
-"""Build the per-rank layers of one run: shard the checkpoint, choose kernels, apply model-side behaviour."""
+"""Build the per-rank layers of one run: shard the checkpoint, choose kernels, apply model-side behaviour.
+
+A load is a sequence, and some verdicts depend on its order. The builder applies the model's load-time
+behaviours in the engine's order:
+
+1. the model sets its direct-read flags on each linear (`linear_flags`; DeepSeek-V4.1 on ROCm resets
+   wo_a's ``is_bmm``: ``ModelBehaviour.v4_wo_a_is_bmm``);
+2. each linear's kernel is chosen and processes its weight (`QuantizedLinear.load`);
+3. the model's own post-load work: DeepSeek-V4's model-side preshuffle (`prepare_model_side`), and the
+   derivation of DeepSeek-V3's W_UK / W_UV, which reads kv_b_proj's bytes as they were at the moment the
+   load order puts it (before or after step 2; `model.load_order`), lazily at the first absorbed step.
+
+SGLang's remote-KV loader (``ModelBehaviour.load_order="remote-kv"``) runs step 2 before the weights
+arrive and copies in a saved, already processed state; the bytes a kernel then holds are the ones a
+standard load gives it, so it changes only when W_UK / W_UV are derived - and the load history says so.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from ..kernels import KernelPolicy, Platform, platform
-from ..model.attention_v4 import AttentionV4Rank, prepare_model_side
+from ..model.attention_v4 import MODEL_SHUFFLED, AttentionV4Rank, prepare_model_side
 from ..model.linear import DenseLinear, QuantizedLinear
+from ..model.load_order import REMOTE_KV_EVENT, absorbed_load_events
 from ..model.mla_v3 import MLAv3Rank
 from ..model.program import RankLayer
 from ..scenarios import Scenario
-from .sharding import REPLICATED, full_weight, linear_specs, norm_names, shard
+from ..scenarios.behaviour import ModelBehaviour
+from .sharding import REPLICATED, LinearSpec, full_weight, linear_specs, norm_names, shard
+
+WO_A_RESET_EVENT = (
+    "model reset is_bmm = False (DeepSeek-V4.1 on ROCm) although its grouped BMM still reads the weight directly"
+)
+
+
+def linear_flags(cfg, spec: LinearSpec, behaviour: ModelBehaviour, plat: Platform) -> tuple[dict, list[str]]:
+    """The direct-read flags the model sets on `spec`'s linear under `behaviour` on `plat`, and the
+    load-history lines that explain a change from the model's usual flags.
+
+    DeepSeek-V4.1 on ROCm: vLLM 0.33.0 ``models/deepseek_v41/amd/rocm.py``,
+    ``DeepseekV41ROCMAiterMLAAttention.__init__``, sets ``self.wo_a.is_bmm = False`` after the base
+    class set it True, so the linear's kernel post-processes wo_a like any other weight.
+    """
+    flags = dict(spec.flags)
+    if cfg.arch == "v4" and spec.name == "wo_a" and not behaviour.v4_wo_a_is_bmm and plat.is_rocm:
+        flags["is_bmm"] = False
+        return flags, [WO_A_RESET_EVENT]
+    return flags, []
+
+
+def load_behaviour(cfg, spec: LinearSpec, behaviour: ModelBehaviour, plat: Platform) -> ModelBehaviour | None:
+    """The model behaviour a loaded linear's state depends on, or None when it depends on none: the
+    linears the V4 model re-lays out itself, and any whose flags the behaviour changes. Shared linears
+    (`analysis.reuse`) are keyed by it."""
+    if cfg.arch == "v4" and spec.name in MODEL_SHUFFLED:
+        return behaviour
+    flags, _ = linear_flags(cfg, spec, behaviour, plat)
+    return behaviour if flags != spec.flags else None
+
+
+def load_order_events(cfg, linears: dict, behaviour: ModelBehaviour) -> dict[str, list[str]]:
+    """Per linear, the load-history lines the load order and the absorbed-weight rules add."""
+    events: dict[str, list[str]] = {}
+    if behaviour.load_order == "remote-kv":
+        for name, linear in linears.items():
+            if isinstance(linear, QuantizedLinear):
+                events[name] = [REMOTE_KV_EVENT]
+    if cfg.arch == "v3":
+        absorbed = absorbed_load_events(behaviour)
+        if absorbed:
+            events.setdefault("kv_b_proj", []).extend(absorbed)
+    return events
 
 
 class LayerBuilder:
@@ -20,6 +80,9 @@ class LayerBuilder:
     once and shared by all in-process ranks (every rank would hold identical bytes and kernel state).
     The TP size is validated by the entry point that builds (`cfg.check_tp`, once per call), not here.
     """
+
+    # The class of a quantized linear (a subclass may remember results: `analysis.reuse`).
+    quantized_linear: type[QuantizedLinear] = QuantizedLinear
 
     def __init__(
         self,
@@ -42,14 +105,21 @@ class LayerBuilder:
         self._full: dict[str, object] = {}
         self._replicated: dict[str, object] = {}
 
+    def load_linear(self, spec: LinearSpec, weight):
+        """A linear over `weight` (a rank's shard) with the model's flags, loaded: kernel chosen, weight
+        processed."""
+        flags, events = linear_flags(self.cfg, spec, self.scenario.behaviour, self.platform)
+        cls = DenseLinear if isinstance(weight, torch.Tensor) else self.quantized_linear
+        linear = cls(spec.name, weight, **flags)
+        linear.events.extend(events)
+        return linear.load(self.policy, self.platform)
+
     def _linear(self, spec, rank: int):
         if spec.parallel == REPLICATED and spec.name in self._replicated:
             return self._replicated[spec.name]
         if spec.name not in self._full:
             self._full[spec.name] = full_weight(self.ckpt, spec, self.dtype)
-        weight = shard(self._full[spec.name], spec, self.tp_size, rank)
-        cls = DenseLinear if isinstance(weight, torch.Tensor) else QuantizedLinear
-        linear = cls(spec.name, weight, **spec.flags).load(self.policy, self.platform)
+        linear = self.load_linear(spec, shard(self._full[spec.name], spec, self.tp_size, rank))
         if spec.parallel == REPLICATED:
             self._replicated[spec.name] = linear
         return linear
@@ -65,7 +135,9 @@ class LayerBuilder:
             cls = AttentionV4Rank
         else:
             cls = MLAv3Rank
-        return cls(self.cfg, linears, norms, rank, self.tp_size, self.dtype, behaviour)
+        layer = cls(self.cfg, linears, norms, rank, self.tp_size, self.dtype, behaviour)
+        layer.load_events = load_order_events(self.cfg, linears, behaviour)
+        return layer
 
     def rank_layers(self) -> list[RankLayer]:
         return [self.rank_layer(rank) for rank in range(self.tp_size)]

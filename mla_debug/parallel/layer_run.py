@@ -81,8 +81,10 @@ def kernels_of(layer) -> dict[str, KernelChoice]:
 
 
 def events_of(layer) -> dict[str, list[str]]:
-    """Linear name -> its load history (kernel choice, re-layouts) on one rank layer."""
-    return {name: list(linear.events) for name, linear in layer.linears.items()}
+    """Linear name -> its load history (kernel choice, re-layouts, then the behaviour's load-order lines)
+    on one rank layer."""
+    extra = getattr(layer, "load_events", {})
+    return {name: list(linear.events) + list(extra.get(name, ())) for name, linear in layer.linears.items()}
 
 
 def assemble_run(

@@ -18,7 +18,7 @@ from ..implementations import Registry
 from ..kernels import KERNELS, Kernel, parse_disabled
 from ..normquant import NORM_QUANT_BACKENDS
 from ..numerics import quant_flavor
-from .behaviour import ModelBehaviour
+from .behaviour import CHOICES, ModelBehaviour
 
 # The policy and behaviour keys and the type each takes, in words: the error messages quote these.
 POLICY_KEYS: dict[str, str] = {
@@ -27,7 +27,10 @@ POLICY_KEYS: dict[str, str] = {
     "disabled": "a list of kernel names or one comma-separated string",
     "overrides": "a mapping {layer name: kernel name}",
     "kernel_options": "a mapping {kernel name: {option: value}}",
-    "behaviour": "a mapping {ModelBehaviour field: value of the field's type, or v4_norm_quant_backend: name}",
+    "behaviour": (
+        "a mapping {ModelBehaviour field: value of the field's type, v4_norm_quant_backend: name, or one of the "
+        "listed values for " + ", ".join(CHOICES) + "}"
+    ),
 }
 
 
@@ -170,7 +173,8 @@ def kernel_options(where: str, value: Any, key: str = "kernel_options") -> dict[
 
 def behaviour(where: str, value: Any, key: str = "behaviour") -> dict[str, Any]:
     """ModelBehaviour fields by name, each of its field's type (the default's type: a bool field takes
-    only true/false, a string field only a string); the norm+quant backend is checked by its registry."""
+    only true/false, a string field only a string); the norm+quant backend is checked by its registry, a
+    field with fixed values (`behaviour.CHOICES`) against them (the error lists them)."""
     if not isinstance(value, Mapping):
         raise type_error(where, key, value, POLICY_KEYS["behaviour"])
     known = {f.name: f for f in fields(ModelBehaviour)}
@@ -178,6 +182,10 @@ def behaviour(where: str, value: Any, key: str = "behaviour") -> dict[str, Any]:
     for flag, setting in value.items():
         if flag == "v4_norm_quant_backend":
             registered(where, f"{key}.{flag}", NORM_QUANT_BACKENDS, setting)
+        elif flag in CHOICES:
+            if not isinstance(setting, str) or setting not in CHOICES[flag]:
+                allowed = ", ".join(repr(choice) for choice in CHOICES[flag])
+                raise type_error(where, f"{key}.{flag}", setting, f"one of {allowed}")
         elif not matches_default_type(setting, known[flag].default):
             raise type_error(where, f"{key}.{flag}", setting, _type_words(known[flag].default))
     return dict(value)

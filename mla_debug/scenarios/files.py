@@ -11,7 +11,7 @@ argument or the file's stem)::
     disabled: AiterFp8BlockScaledMMKernel           # or a list; kernel names or vLLM class names
     overrides: {kv_b_proj: torch-reference}         # layer -> kernel
     kernel_options: {aiter-bpreshuffle: {honour_layer_flags: false}}
-    behaviour: {v4_fused_norm_quant: true}          # ModelBehaviour fields
+    behaviour: {v4_fused_norm_quant: true, load_order: remote-kv}   # ModelBehaviour fields
     tuned: ./aiter-configs                          # CSV file(s) or configs/ folder; relative to the file
     triton_configs: ./aiter-triton-gemm             # folder(s) of aiter Triton config JSON files (same rule)
     upstream: vLLM PR #51692                        # the upstream change this scenario models (words)

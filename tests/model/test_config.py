@@ -60,6 +60,7 @@ def test_the_presets_exist():
         "deepseek-r1",
         "kimi-k2",
         "deepseek-v4-flash",
+        "deepseek-v4.1",
         "deepseek-v4-pro",
         "tiny",
         "tiny-v4",

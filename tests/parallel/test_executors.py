@@ -60,6 +60,32 @@ def test_distributed_v4(tiny):
     )
 
 
+def test_distributed_equals_simulated_under_the_engine_behaviours(tiny):
+    """The load order, the absorbed-weight rules and the V3 fused producer reach every rank process."""
+    cfg = md.MLAConfig.preset("tiny").with_(name="tiny-kv512", kv_lora_rank=512)
+    ckpt = md.Checkpoint.synthetic(cfg, seed=3)
+    _, _, hidden, positions = tiny
+    scen = md.scenario(
+        {
+            "base": "vllm-pr51692",
+            "name": "sglang-like-remote",
+            "behaviour": {
+                "absorbed_weight_dtype": "fp8-per-tensor",
+                "absorbed_bmm": "fp8-group-quant",
+                "load_order": "remote-kv",
+                "v3_fused_norm_quant": True,
+                "v4_norm_quant_backend": "torch",
+            },
+        }
+    )
+    kwargs = dict(tp_size=2, mode="decode", platform="mi355x", scenario=scen)
+    simulated = md.run_layer(cfg, ckpt, hidden, positions, **kwargs)
+    distributed = md.run_layer(cfg, ckpt, hidden, positions, executor="distributed", **kwargs)
+    assert_identical(simulated, distributed)
+    assert simulated.events == distributed.events
+    assert any(event.startswith("remote-KV load") for event in distributed.events["kv_b_proj"])
+
+
 def payload(tiny, **extra):
     cfg, ckpt, hidden, positions = tiny
     return dict(

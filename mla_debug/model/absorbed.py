@@ -1,0 +1,176 @@
+"""W_UK / W_UV for absorbed decode: built from kv_b_proj's raw bytes the way each engine builds them, and
+multiplied the way each engine's BMM multiplies them (`ModelBehaviour.absorbed_weight_dtype` and
+``absorbed_bmm``).
+
+Both engines start from the same read: kv_b_proj's bytes taken as a plain (N, K) matrix and multiplied
+by their 128x128 block scales in fp32 (`QuantizedLinear.read_direct`). What follows differs:
+
+``"fp32"``
+    The fp32 product as is; the BMMs run in fp32 and round their output to the activation dtype once.
+    What the project modelled before versioned engine profiles.
+
+``"bf16"`` - vLLM 0.33.0
+    ``model_executor/layers/attention/mla_attention.py``: ``MLAAttention.process_weights_after_loading
+    (act_dtype)`` calls ``split_kv_b_proj(kv_b_proj, act_dtype, ...)``, which takes
+    ``get_and_maybe_dequant_weights(kv_b_proj, out_dtype=act_dtype)``
+    (``model_executor/layers/quantization/utils/quant_utils.py``); for a block-FP8 ``Fp8LinearMethod``
+    that is ``scaled_dequantize``: the fp32 product of each fp8 value and its block scale, rounded ONCE
+    to the activation dtype (bf16 for the DeepSeek checkpoints; ``model_config.dtype`` is what
+    ``model_loader/utils.py``'s ``process_weights_after_loading`` passes). The decode BMMs
+    (``forward_impl``'s ``torch.bmm(mqa_q_nope, W_UK_T)``, ``_v_up_proj``'s ``torch.bmm(x, W_UV)``) take
+    bf16 operands, accumulate in fp32 and write bf16: the same values as an fp32 product of the
+    bf16-rounded operands rounded once at the end, up to the order of the fp32 sum. Not modelled: the
+    aiter FP8/FP4 BMMs behind ``VLLM_ROCM_USE_AITER_FP8BMM`` / ``..._FP4BMM`` (off by default), and
+    ``use_deep_gemm`` layers, for which ``get_and_maybe_dequant_weights`` runs the kernel on an identity.
+    SGLang 0.5.23 on CUDA without its DeepGEMM BMM builds the same bf16 weights (``post_load_weights``
+    -> ``block_quant_dequant(..., torch.bfloat16)``: the fp32 product rounded once) and multiplies them
+    with ``torch.bmm`` (``forward_mla.py``).
+
+``"fp8-per-tensor"`` - SGLang 0.5.23 on HIP
+    ``srt/models/deepseek_common/deepseek_weight_loader.py``, ``post_load_weights``: a 128x128-block
+    FP8 kv_b_proj off CUDA/MUSA/XPU goes through ``block_quant_to_tensor_quant``
+    (``srt/layers/quantization/fp8_utils.py``): every block dequantized in fp32, then
+    ``input_to_float8`` re-quantizes the whole (per-rank) tensor with ONE scale - amax of |x| (floor
+    1e-12), ``fp_max`` 224 on e4m3fnuz (``kernels/ops/quantization/fp8_kernel.py``) else the format's
+    max, ``scale = fp_max / amax`` (torch evaluates a float divided by a tensor as the tensor's
+    reciprocal times the float), ``q = clamp(x * scale, +-fp_max)`` cast to fp8, and the stored scale
+    ``1 / scale``. w_kc and w_vc are views of that one tensor and share the scale.
+    How the BMMs then multiply them (``attention_forward_methods/forward_mla_rocm.py``,
+    ``rocm_absorb_q_bmm`` / ``rocm_absorb_v_bmm``):
+
+    - ``absorbed_bmm="dequantized"`` (without aiter on gfx95; eager on gfx942):
+      ``torch.bmm(x.to(bf16), _absorb_weight_bf16(w, w_scale))``, the weight being
+      ``w.to(bf16) * w_scale`` - a bf16 tensor times a 0-dim fp32 tensor, so a bf16 result;
+    - ``absorbed_bmm="fp8-group-quant"`` (aiter on gfx95, e4m3fn weights): aiter's Triton
+      ``batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant`` with
+      ``group_size=128``: per head, token and 128-wide group of K, ``s = max(max|x|, 1e-10) * (1/max)``
+      (fp32; ``max`` is the weight format's), ``q = clamp(x * (1/s), +-max)`` cast to fp8, the group's
+      fp8 dot product in fp32 times ``s`` summed over groups, times the weight scale, rounded to bf16
+      (``_triton_kernels/batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant.py``).
+
+An unquantized kv_b_proj is not re-quantized by SGLang (the branch needs an FP8 weight): under
+"fp8-per-tensor" it is multiplied as its bf16 values. The FP8 BMM multiplies FP8 weights only (SGLang
+branches on ``w_kc.dtype``): with any other weights ``absorbed_bmm="fp8-group-quant"`` multiplies them
+dequantized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .._checks import describe
+from ..numerics import E4M3FNUZ, Fp8Format
+
+# SGLang's fp8_max on e4m3fnuz (kernels/ops/quantization/fp8_kernel.py): 224, not the format's 240.
+SGLANG_FNUZ_MAX = 224.0
+# input_to_float8's amax floor.
+PER_TENSOR_AMAX_FLOOR = 1e-12
+# The in-kernel activation quant of aiter's batched FP8 GEMM: its amax floor and group width.
+BMM_AMAX_FLOOR = 1e-10
+BMM_GROUP = 128
+
+
+def per_tensor_fp8_max(fmt: Fp8Format) -> float:
+    """The bound SGLang's ``input_to_float8`` quantizes to: 224 on e4m3fnuz, the format's max otherwise."""
+    return SGLANG_FNUZ_MAX if fmt is E4M3FNUZ else fmt.max
+
+
+def requantize_per_tensor(values: torch.Tensor, fmt: Fp8Format) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp8 codes, fp32 0-dim scale) of `values` re-quantized with one scale, as SGLang 0.5.23's
+    ``input_to_float8`` does on HIP (see the module docstring); ``codes * scale ~= values``."""
+    if not values.is_floating_point() or values.numel() == 0:
+        raise ValueError(f"per-tensor re-quantization: {describe(values)} must be a non-empty float tensor")
+    bound = per_tensor_fp8_max(fmt)
+    low, high = values.aminmax()
+    amax = torch.maximum(low.abs(), high.abs()).to(torch.float32).clamp(min=PER_TENSOR_AMAX_FLOOR)
+    multiplier = torch.reciprocal(amax) * bound
+    codes = (values.to(torch.float32) * multiplier).clamp(min=-bound, max=bound).to(fmt.dtype)
+    return codes, torch.reciprocal(multiplier)
+
+
+@dataclass(frozen=True)
+class AbsorbedWeights:
+    """W_UK (h, P, Lkv) and W_UV (h, V, Lkv) of one rank, as absorbed decode multiplies them.
+
+    ``w_uk`` / ``w_uv`` hold fp32 values: the weights themselves, or - for the FP8 BMM - the fp8
+    codes (exact in fp32) with ``scale`` the per-tensor scale that multiplies them and ``fmt`` their
+    format.
+    """
+
+    w_uk: torch.Tensor
+    w_uv: torch.Tensor
+    bmm: str = "dequantized"
+    scale: torch.Tensor | None = None
+    fmt: Fp8Format | None = None
+
+    def absorb_uk(self, q_nope: torch.Tensor) -> torch.Tensor:
+        """q_nope (M, h, P) -> (M, h, Lkv) in fp32 (the caller rounds to the activation dtype)."""
+        return self._bmm(q_nope, self.w_uk, "mhp,hpc->mhc", reduce_dim=1)
+
+    def absorb_uv(self, attn_latent: torch.Tensor) -> torch.Tensor:
+        """attention output over the latent cache (M, h, Lkv) -> (M, h, V) in fp32."""
+        return self._bmm(attn_latent, self.w_uv, "mhc,hvc->mhv", reduce_dim=2)
+
+    def _bmm(self, x: torch.Tensor, w: torch.Tensor, equation: str, reduce_dim: int) -> torch.Tensor:
+        if self.bmm == "dequantized":
+            return torch.einsum(equation, x.to(torch.float32), w)
+        return group_quant_bmm(x, w, self.scale, self.fmt, reduce_dim)
+
+
+def group_quant_bmm(
+    x: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor, fmt: Fp8Format, reduce_dim: int
+) -> torch.Tensor:
+    """x (M, h, K) times per-tensor FP8 weights `codes` (h, ., .) reduced over their axis `reduce_dim`
+    (1 or 2) in K, with x quantized per 1x128 group of K inside the kernel (aiter's
+    ``batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant``); fp32 (M, h, N)."""
+    m, h, k = x.shape
+    if k % BMM_GROUP:
+        raise ValueError(f"absorbed FP8 BMM: K={k} of {describe(x)} is not a multiple of {BMM_GROUP}")
+    groups = x.reshape(m, h, k // BMM_GROUP, BMM_GROUP).to(torch.float32)
+    amax = groups.abs().amax(dim=-1, keepdim=True).clamp(min=BMM_AMAX_FLOOR)
+    # 1/max is a compile-time constant of the kernel: the double quotient rounded to fp32.
+    act_scale = amax * torch.tensor(1.0 / fmt.max, dtype=torch.float32)
+    q = (groups * torch.reciprocal(act_scale)).clamp(min=-fmt.max, max=fmt.max).to(fmt.dtype)
+    q = q.to(torch.float32)  # exact
+    # (h, N, K) view of the weight: K is the reduced axis.
+    w = codes if reduce_dim == 2 else codes.transpose(1, 2)
+    w = w.reshape(h, w.shape[1], k // BMM_GROUP, BMM_GROUP)
+    partial = torch.einsum("mhgk,hngk->mhgn", q, w)  # each group's dot product in fp32
+    acc = (partial * act_scale).sum(dim=2)
+    return acc * scale
+
+
+def build_absorbed_weights(
+    weight: torch.Tensor,
+    heads: int,
+    nope: int,
+    v_dim: int,
+    lora: int,
+    dtype: str,
+    bmm: str = "dequantized",
+    fmt: Fp8Format | None = None,
+) -> AbsorbedWeights:
+    """W_UK / W_UV from kv_b_proj's directly read fp32 (N, K) = (h * (P + V), Lkv) values under `dtype`
+    (see the module docstring); `fmt` is the weight's FP8 format, None for an unquantized kv_b_proj."""
+    if tuple(weight.shape) != (heads * (nope + v_dim), lora):
+        raise ValueError(
+            f"kv_b_proj: directly read weight {describe(weight)} is not (heads*(P+V), Lkv) = "
+            f"({heads * (nope + v_dim)}, {lora})"
+        )
+    scale = None
+    if dtype == "fp32":
+        values = weight.to(torch.float32)
+    elif dtype == "bf16" or (dtype == "fp8-per-tensor" and fmt is None):
+        values = weight.to(torch.bfloat16).to(torch.float32)
+    elif dtype == "fp8-per-tensor":
+        codes, scale = requantize_per_tensor(weight, fmt)
+        values = (codes.to(torch.bfloat16) * scale).to(torch.float32) if bmm == "dequantized" else fmt.decode(codes)
+    else:
+        raise ValueError(f"absorbed_weight_dtype {dtype!r} is not 'fp32', 'bf16' or 'fp8-per-tensor'")
+    per_head = values.view(heads, nope + v_dim, lora)
+    w_uk, w_uv = per_head[:, :nope], per_head[:, nope:]
+    if bmm == "fp8-group-quant" and scale is not None:
+        return AbsorbedWeights(w_uk, w_uv, bmm, scale, fmt)
+    return AbsorbedWeights(w_uk, w_uv)

@@ -1,0 +1,111 @@
+"""The fused RMSNorm + FP8 group-quant producer that hands a q projection its input pre-quantized - one
+mechanism for both model families that have one:
+
+- DeepSeek-V4 on ROCm (vLLM PR #53540): ``q_norm`` feeds ``wq_b`` and ``indexer.wq_b``;
+- DeepSeek-V3 under vLLM 0.33.0's compile pass ``MLADualRMSGroupQuantPattern``: ``q_a_layernorm`` (with
+  ``kv_a_layernorm`` in the same kernel) feeds ``q_b_proj``.
+
+Each model decides a `ProducerPlan` once per rank layer (fused or not, the scale order written, notes and
+producer-side violations) from its behaviour and its consumers' kernels; the run is always
+`normquant.fused_qk_rmsnorm_group_quant` on the backend ``ModelBehaviour.v4_norm_quant_backend`` names,
+and the step it records looks the same for both. The consumers then read the producer's
+`QuantizedActivation` in their own order: a kernel reading another order records a scale-order violation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..layouts import ContractViolation, ScaleLayout, ScaleRead
+from ..normquant import NormQuantResult, fused_qk_rmsnorm_group_quant, resolve_backend
+from ..numerics import Fp8Format
+from .linear import QuantizedLinear
+from .program import RankLayer, Step
+from .records import StepRecord
+
+OP = "fused_qk_rmsnorm_group_quant"
+
+
+@dataclass(frozen=True)
+class ProducerPlan:
+    """Whether a layer's q-side norm is the fused producer, the scale order it writes, why (notes), and
+    the contracts broken at the producer itself (e.g. consumers that disagree)."""
+
+    fused: bool
+    layout: ScaleLayout = ScaleLayout.ROW_MAJOR
+    notes: tuple[str, ...] = ()
+    violations: tuple[ContractViolation, ...] = ()
+
+
+UNFUSED = ProducerPlan(False)
+
+
+def written_layout(transpose_scale: bool) -> ScaleLayout:
+    """The scale order the fused kernel writes: COL_MAJOR ("view") with ``transpose_scale``, else ROW_MAJOR."""
+    return ScaleLayout.COL_MAJOR if transpose_scale else ScaleLayout.ROW_MAJOR
+
+
+def consumer_orders(linears: dict, names: tuple[str, ...]) -> dict[str, ScaleLayout] | None:
+    """{consumer: the activation-scale order its kernel reads - and writes when it quantizes its own
+    input}; None when a consumer is not quantized (there is nothing to pre-quantize for)."""
+    consumers = [linears[name] for name in names]
+    if not all(isinstance(c, QuantizedLinear) for c in consumers):
+        return None
+    return {name: c.block.kernel.contract(c.block).scale for name, c in zip(names, consumers)}
+
+
+def producer_step(name: str, run, consumers: str) -> Step:
+    """The producer's step: its consumers read its FP8 data and scales, which the recorded (unquantized)
+    output does not determine, so replacing the record would not reach them."""
+    return Step(
+        name,
+        run,
+        fixed=f"the fused norm+quant producer's consumers ({consumers}) read its FP8 data and scales, "
+        "not the unquantized output it records",
+    )
+
+
+def run_producer(
+    layer: RankLayer,
+    q: torch.Tensor,
+    q_norm: str,
+    k: torch.Tensor,
+    k_norm: str,
+    plan: ProducerPlan,
+    fmt: Fp8Format,
+) -> tuple[NormQuantResult, str]:
+    """Normalize `q` and `k` (norm weights by name, the config's eps) and quantize q per 1x128 in the
+    plan's scale order; returns the result (with the unquantized normalized q) and the backend used."""
+    eps = layer.cfg.rms_norm_eps
+    backend = resolve_backend(layer.behaviour.v4_norm_quant_backend, q.device)
+    result = fused_qk_rmsnorm_group_quant(
+        q,
+        layer.norms[q_norm],
+        eps,
+        k,
+        layer.norms[k_norm],
+        eps,
+        transpose_scale=plan.layout is ScaleLayout.COL_MAJOR,
+        fmt=fmt,
+        return_unquantized=True,
+        backend=backend,
+    )
+    return result, backend
+
+
+def producer_record(
+    layer: RankLayer, name: str, result: NormQuantResult, backend: str, plan: ProducerPlan
+) -> StepRecord:
+    """The producer step's record: the normalized q it also returns, the layout written, the dequantized
+    FP8 output as an extra."""
+    return layer.record(
+        name,
+        result.q_unquantized,
+        kernel=f"{OP} ({backend})",
+        scale_layout=ScaleRead(plan.layout),
+        notes=list(plan.notes),
+        violations=list(plan.violations),
+        extras={"q_fp8_dequantized": result.q_quant.dequantize()},
+    )
