@@ -118,8 +118,14 @@ def action_lines(group) -> list[ActionLine]:
 
 
 def _what_it_changes(remedy) -> str:
-    """'disables aiter-bpreshuffle', 'sets VLLM_ROCM_USE_AITER', or both joined: what a workaround touches."""
-    disabled = [c.target for c in remedy.changes if c.kind == DISABLE_KERNEL]
+    """'disables AiterPreshuffledFp8BlockScaledMMKernel (every kernel modelling it)', 'sets VLLM_ROCM_USE_AITER', or both joined: what a workaround touches."""
+    # A vLLM class name disables every kernel modelling it (all backends of AiterFp8BlockScaledMMKernel),
+    # so the class is named, not the one kernel registered under it.
+    disabled = [
+        f"{c.setting} (every kernel modelling it)" if c.setting else c.target
+        for c in remedy.changes
+        if c.kind == DISABLE_KERNEL
+    ]
     settings = [c.target for c in remedy.changes if c.kind == SET_SETTING]
     parts = ([f"disables {', '.join(disabled)}"] if disabled else []) + (
         [f"sets {', '.join(settings)}"] if settings else []
