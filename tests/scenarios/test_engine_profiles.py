@@ -5,10 +5,7 @@ in test_hazards.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 import mla_debug as md
 from mla_debug.scenarios import engine_profile_files
