@@ -26,8 +26,17 @@ FOLDER = Path(os.environ.get("MLA_DEBUG_ENGINE_WHEELS", ROOT / ".cache" / "engin
 # package -> the release the profiles model
 RELEASES = {"vllm": "0.33.0", "sglang": "0.5.23"}
 # Only CPython 3.11 wheels of SGLang 0.5.23 exist; they are read as zip files, not installed, so the
-# download asks for that tag whatever Python runs the tests.
-_DOWNLOAD_TAGS = ["--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "--only-binary=:all:"]
+# download asks for that tag whatever Python runs the tests. pip takes a --platform literally, so both
+# manylinux levels the two wheels are built for are named (vLLM's is manylinux_2_28, SGLang's 2_34).
+_DOWNLOAD_TAGS = [
+    "--python-version",
+    "3.11",
+    "--platform",
+    "manylinux_2_34_x86_64",
+    "--platform",
+    "manylinux_2_28_x86_64",
+    "--only-binary=:all:",
+]
 FETCH_COMMAND = "python tests/engine_wheels.py fetch"
 
 
