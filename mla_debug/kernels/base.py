@@ -103,6 +103,8 @@ class Kernel(ABC):
     # True for readers that decode the scale with the layout its producer declared (the reference);
     # false for kernels that read raw bytes in their own fixed order.
     reads_declared_scale_layout: ClassVar[bool] = False
+    # Whether the input quant rounds its scales up to powers of two (ue8m0); DeepGEMM sets it per instance.
+    ue8m0: bool = False
 
     def __init__(self, flavor: str = "aiter") -> None:
         self.flavor = flavor
@@ -141,6 +143,7 @@ class Kernel(ABC):
             fmt=fmt,
             flavor=self.flavor,
             scale_layout=scale_layout or self.act_scale_layout,
+            ue8m0=self.ue8m0,
             producer=f"{self.name} input quant",
         )
 

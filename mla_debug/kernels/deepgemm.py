@@ -43,11 +43,10 @@ from ..layouts import (
     QuantizedActivation,
     ScaleLayout,
     pack_ue8m0,
-    quantize_groups,
     tma_aligned_column_major,
     unpack_ue8m0,
 )
-from ..numerics import E4M3FN, Fp8Format
+from ..numerics import E4M3FN
 from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import block_scaled_mm, expand_weight_scale
 from .deepgemm_weights import RECIPES, VLLM_0_33, requant_ue8m0
@@ -138,18 +137,6 @@ class DeepGemmKernel(Kernel):
             linear.events.append(f"{self.name}: weight scales packed four ue8m0 per int32 (Blackwell)")
 
     # -- run time ---------------------------------------------------------------------------------
-    def quantize_input(
-        self, x: torch.Tensor, fmt: Fp8Format, scale_layout: ScaleLayout | None = None
-    ) -> QuantizedActivation:
-        return quantize_groups(
-            x,
-            128,
-            fmt=fmt,
-            flavor=self.flavor,
-            scale_layout=scale_layout or self.act_scale_layout,
-            ue8m0=self.ue8m0,
-            producer=f"{self.name} input quant",
-        )
 
     def scale_layout_read(self, qa: QuantizedActivation, contract: Contract) -> ScaleLayout:
         return layout_read_by_strides(qa.scale)
