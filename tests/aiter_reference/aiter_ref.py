@@ -42,7 +42,8 @@ def triton_semantics():
     ``tl.assume`` (interpreter_casts); compiled on a GPU, nothing to change."""
     if torch.cuda.is_available():
         return contextlib.nullcontext()
-    from interpreter_casts import compiled_semantics
+    # By its package path, so the engine cross-checks (tests/engine_reference) can share this helper.
+    from aiter_reference.interpreter_casts import compiled_semantics
 
     return compiled_semantics()
 

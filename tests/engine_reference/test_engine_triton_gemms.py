@@ -11,7 +11,6 @@ On a CPU-only machine the kernels run under Triton's interpreter with compiled T
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -20,6 +19,7 @@ import types
 
 import pytest
 import torch
+from aiter_reference.aiter_ref import triton_device, triton_semantics
 from engine_source import load
 
 import mla_debug as md
@@ -27,27 +27,6 @@ import mla_debug as md
 VLLM_FP8_UTILS = "vllm/model_executor/layers/quantization/utils/fp8_utils.py"
 SGLANG_FP8_KERNEL = "sglang/kernels/ops/gemm/fp8_kernel.py"
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
-
-def triton_device() -> torch.device:
-    """The CUDA GPU when there is one, else the CPU under Triton's interpreter (skips when neither works)."""
-    pytest.importorskip("triton")
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    from mla_debug.gpu import triton_env
-
-    if not triton_env.interpreting() or triton_env.interpreter_error():
-        pytest.skip("no CUDA GPU and Triton's interpreter is not usable in this process")
-    return torch.device("cpu")
-
-
-def interpreter_semantics():
-    """Compiled Triton's rounding of downcasts for kernels interpreted on the CPU; nothing on a GPU."""
-    if torch.cuda.is_available():
-        return contextlib.nullcontext()
-    from aiter_reference.interpreter_casts import compiled_semantics
-
-    return compiled_semantics()
 
 
 def exact_operands(m: int, n: int, k: int, seed: int):
@@ -108,7 +87,7 @@ def test_vllm_triton_gemm_reads_scales_by_strides_like_the_emulation(monkeypatch
     gemm = vllm_gemm(on_gfx1250=False)
     x, w, xs, ws = exact_operands(m, n, k, seed=m + n)
     buffer = md.layouts.present_scale(xs, layout)
-    with interpreter_semantics():
+    with triton_semantics():
         theirs = gemm(x.to(device), w.to(device), buffer.to(device), ws.to(device), [128, 128], torch.bfloat16).cpu()
     kernel = md.get_kernel("vllm-triton-blockscale")
     qa = md.QuantizedActivation(x, buffer, layout, md.E4M3FN)
@@ -175,7 +154,7 @@ def test_sglang_consumer_is_its_relayout_then_its_stride_reading_gemm(layout):
     x, w, xs, ws = exact_operands(4, 256, 384, seed=5)
     buffer = md.layouts.present_scale(xs, layout)
     qa = md.QuantizedActivation(x, buffer, layout, md.E4M3FN)
-    with interpreter_semantics():
+    with triton_semantics():
         relaid = gemm(x.to(device), w.to(device), view(buffer).to(device), ws.to(device), [128, 128], torch.bfloat16)
         plain = gemm(x.to(device), w.to(device), buffer.to(device), ws.to(device), [128, 128], torch.bfloat16)
     consumer = linear_of(w, ws, md.get_kernel("sglang-triton-blockscale", selection="any")).run(qa)
