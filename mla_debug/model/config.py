@@ -55,12 +55,15 @@ class MLAConfig:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
+    # True: RoPE rotates interleaved pairs (x[2i], x[2i+1]), DeepSeek's and the engines' convention (GPT-J
+    # style); False: it rotates the halves (x[i], x[i+R/2]), what transformers does for `rope_interleave: false`.
+    rope_interleave: bool = True
     max_position_embeddings: int = 163840
     # DeepSeek-V3 family
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
-    # DeepSeek-V4 family
+    # DeepSeek-V4 family (index_*: also DeepSeek-V3.2, a v3 layer with a sparse top-k indexer beside it)
     head_dim: int = 0
     o_groups: int = 0
     o_lora_rank: int = 0
@@ -71,6 +74,9 @@ class MLAConfig:
     # Checkpoint quantization
     weight_block: tuple[int, int] = (128, 128)
     quantized: bool = True
+    # None: block scales are whatever amax/fp8-max gives; "ue8m0": powers of two (DeepSeek-V3.1's
+    # quantization_config.scale_fmt), for the checkpoint's weight scales and the activations' at serving time.
+    scale_fmt: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -83,6 +89,11 @@ class MLAConfig:
     def qk_head_dim(self) -> int:
         """Per-head query/key width: P + R (v3) or head_dim (v4)."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.arch == "v3" else self.head_dim
+
+    @property
+    def has_indexer(self) -> bool:
+        """A sparse top-k indexer picks the keys each query attends to (DeepSeek-V3.2 and V4)."""
+        return self.index_topk > 0 and self.index_n_heads > 0
 
     @property
     def softmax_scale(self) -> float:
@@ -114,6 +125,8 @@ class MLAConfig:
                 out.append(f"qk_rope_head_dim={self.qk_rope_head_dim} exceeds head_dim={self.head_dim}")
             if self.o_groups and self.num_heads % self.o_groups:
                 out.append(f"num_heads={self.num_heads} is not a multiple of o_groups={self.o_groups}")
+        if self.scale_fmt not in (None, "ue8m0"):
+            out.append(f"scale_fmt={self.scale_fmt!r} is not None or 'ue8m0'")
         if self.rms_norm_eps <= 0:
             out.append(f"rms_norm_eps={self.rms_norm_eps} must be positive")
         return out
