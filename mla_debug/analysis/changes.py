@@ -40,19 +40,22 @@ class BehaviourFix:
     """One model-side change bisection may try: set behaviour `field` to `value`, described as the change
     to the serving engine that does it. Offered for the model families in `archs` when the scenario's
     behaviour has another value - and, with `requires`, only while that bool field is on (the change
-    means nothing without it)."""
+    means nothing without it); with `config_requires` (an MLAConfig attribute and value), only for layers
+    whose config has that value (a change that cannot matter to the others is not tried on them)."""
 
     field: str
     value: BehaviourValue
     archs: tuple[str, ...]
     description: str
     requires: str | None = None
+    config_requires: tuple[str, object] | None = None
 
     def offered(self, behaviour, cfg) -> bool:
         return (
             cfg.arch in self.archs
             and getattr(behaviour, self.field) != self.value
             and (self.requires is None or bool(getattr(behaviour, self.requires)))
+            and (self.config_requires is None or getattr(cfg, self.config_requires[0]) == self.config_requires[1])
         )
 
     def change(self) -> Change:
@@ -90,6 +93,13 @@ BEHAVIOUR_FIXES: tuple[BehaviourFix, ...] = (
         ("v3",),
         "the fused q_a_layernorm + quant producer writing COL_MAJOR scales (transpose_scale=True)",
         requires="v3_fused_norm_quant",
+    ),
+    BehaviourFix(
+        "honours_rope_interleave",
+        True,
+        ("v3",),
+        "pairing the RoPE dimensions as the checkpoint's rope_interleave says (is_neox_style = not rope_interleave)",
+        config_requires=("rope_interleave", False),
     ),
 )
 

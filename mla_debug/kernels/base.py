@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 # What every kernel implements (the `operation` of the implementation-choice mechanism).
 GEMM = "block-scaled FP8 GEMM"
+# A checkpoint's quantization_config.scale_fmt for power-of-two block scales (DeepSeek-V3.1 on).
+UE8M0_SCALE_FMT = "ue8m0"
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,9 @@ class Kernel(ABC):
     reads_declared_scale_layout: ClassVar[bool] = False
     # Whether the input quant rounds its scales up to powers of two (ue8m0); DeepGEMM sets it per instance.
     ue8m0: bool = False
+    # Whether the input quant also does so for a checkpoint whose quantization_config.scale_fmt is "ue8m0"
+    # (the engine binds the checkpoint's scale format to the call: SGLang 0.5.23's act_scale_ue8m0).
+    follow_scale_fmt: bool = False
 
     def __init__(self, flavor: str = "aiter") -> None:
         self.flavor = flavor
@@ -133,17 +138,23 @@ class Kernel(ABC):
         return Contract(scale=self.act_scale_layout, weight=None)
 
     # -- run time ---------------------------------------------------------------------------------
+    def input_ue8m0(self, linear: BlockScaledLinear) -> bool:
+        """Whether this kernel's own input quant for `linear` takes power-of-two scales: always with
+        ``ue8m0``; with ``follow_scale_fmt`` when the linear's checkpoint declares ``scale_fmt`` "ue8m0"."""
+        return self.ue8m0 or (self.follow_scale_fmt and linear.scale_fmt == UE8M0_SCALE_FMT)
+
     def quantize_input(
-        self, x: torch.Tensor, fmt: Fp8Format, scale_layout: ScaleLayout | None = None
+        self, x: torch.Tensor, fmt: Fp8Format, scale_layout: ScaleLayout | None = None, ue8m0: bool | None = None
     ) -> QuantizedActivation:
-        """Quantize x (M, K) per 1x128 the way this kernel's caller does, in the scale order it reads."""
+        """Quantize x (M, K) per 1x128 the way this kernel's caller does, in the scale order it reads;
+        `ue8m0` (None: the kernel's own ``ue8m0``) rounds the scales up to powers of two."""
         return quantize_groups(
             x,
             128,
             fmt=fmt,
             flavor=self.flavor,
             scale_layout=scale_layout or self.act_scale_layout,
-            ue8m0=self.ue8m0,
+            ue8m0=self.ue8m0 if ue8m0 is None else ue8m0,
             producer=f"{self.name} input quant",
         )
 
@@ -161,7 +172,9 @@ class Kernel(ABC):
                     f"to multiply by the weight (N, K) = ({linear.n}, {linear.k})"
                 )
             lead = tuple(x.shape[:-1])
-            qa = self.quantize_input(x.reshape(-1, linear.k), linear.weight.fmt, self.contract(linear).scale)
+            qa = self.quantize_input(
+                x.reshape(-1, linear.k), linear.weight.fmt, self.contract(linear).scale, self.input_ue8m0(linear)
+            )
         self._check_quantized(linear, qa)
         contract = self.contract(linear)
         violations = self.contract_violations(linear, qa, contract)

@@ -11,7 +11,16 @@ What it models:
 - ue8m0: ``VLLM_USE_DEEP_GEMM_E8M0=1`` (vLLM's default, ``envs.py``) makes every scale a power of two - the
   activation quantizer rounds its scales up (``QuantFP8(use_ue8m0=True)``) and the weights are re-quantized
   at load (``deepgemm_post_process_fp8_weight_block`` -> ``requant_weight_ue8m0_inplace``; `deepgemm_weights`).
-  ``ue8m0=False`` keeps the checkpoint's fp32 scales.
+  ``ue8m0=False`` keeps the checkpoint's fp32 scales. A checkpoint's ``quantization_config.scale_fmt: "ue8m0"``
+  changes nothing in vLLM 0.33 beyond that default: ``transformers_utils/config.py`` ``get_config`` sets
+  ``VLLM_USE_DEEP_GEMM_E8M0=1`` only when the variable is unset, which is already its value.
+- ``follow_scale_fmt``: SGLang 0.5.23 binds the checkpoint's format to the call instead
+  (``layers/quantization/fp8.py`` ``Fp8LinearMethod.__init__``: ``act_scale_ue8m0 = scale_fmt == "ue8m0"``,
+  ``fp8_utils.py`` ``dispatch_w8a8_block_fp8_linear``), and on Hopper
+  ``deepgemm_w8a8_block_fp8_linear_with_fallback`` then quantizes the input with power-of-two scales
+  (``sglang_per_token_group_quant_fp8(..., scale_ue8m0=True)``) although DeepGEMM's own scales stay fp32:
+  with ``follow_scale_fmt`` the input quant rounds its scales up for a linear whose checkpoint says
+  ``scale_fmt`` "ue8m0" (`Kernel.input_ue8m0`); the weights, powers of two already, stay as they are.
 - scale layout: the activation quantizer writes column-major TMA-aligned scales (``QuantFP8(
   column_major_scales=True, tma_aligned_scales=VLLM_USE_DEEP_GEMM_TMA_ALIGNED_SCALES)``, default on); on
   Blackwell with ue8m0 (``DeepGemmQuantScaleFMT.UE8M0``) it writes the packed form directly
@@ -79,6 +88,7 @@ class DeepGemmKernel(Kernel):
         packed: bool | None = None,
         requant: str = VLLM_0_33,
         flavor: str = "deepgemm",
+        follow_scale_fmt: bool = False,
     ) -> None:
         super().__init__(flavor=flavor)
         if not isinstance(ue8m0, bool):
@@ -89,7 +99,10 @@ class DeepGemmKernel(Kernel):
             raise ValueError(f"kernel {self.name!r}: packed scales hold ue8m0 exponents; they need ue8m0=True")
         if requant not in RECIPES:
             raise ValueError(f"kernel {self.name!r}: requant {requant!r} is not one of {', '.join(RECIPES)}")
+        if not isinstance(follow_scale_fmt, bool):
+            raise TypeError(f"kernel {self.name!r}: follow_scale_fmt must be true or false, got {follow_scale_fmt!r}")
         self.ue8m0 = ue8m0
+        self.follow_scale_fmt = follow_scale_fmt
         self.packed = packed
         self.requant = requant
 

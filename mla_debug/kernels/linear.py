@@ -39,11 +39,15 @@ class BlockScaledLinear:
         is_bmm: bool = False,
         cpu_skip_gemm_dispatch: bool = False,
         keep_plain_weight_layout: bool = False,
+        scale_fmt: str | None = None,
     ) -> None:
         if not isinstance(weight, QuantizedWeight):
             raise TypeError(f"{name}: weight must be a QuantizedWeight, got {type(weight).__name__}")
         self.name = name
         self.weight = weight
+        # The checkpoint's quantization_config.scale_fmt (None, or "ue8m0": power-of-two block scales), which
+        # an engine may pass on to the kernel's input quant (`Kernel.input_ue8m0`).
+        self.scale_fmt = scale_fmt
         self.skip_weight_relayout = skip_weight_relayout
         self.is_bmm = is_bmm
         self._cpu_skip_gemm_dispatch = cpu_skip_gemm_dispatch

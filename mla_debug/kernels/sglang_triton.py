@@ -87,10 +87,10 @@ class SglangTritonBlockscaleKernel(Kernel):
         return Contract(scale=ScaleLayout.COL_MAJOR if self.relayout else ScaleLayout.ROW_MAJOR, weight=None)
 
     def quantize_input(
-        self, x: torch.Tensor, fmt: Fp8Format, scale_layout: ScaleLayout | None = None
+        self, x: torch.Tensor, fmt: Fp8Format, scale_layout: ScaleLayout | None = None, ue8m0: bool | None = None
     ) -> QuantizedActivation:
         """Its producer's quantization: the scale in ``input_scale_layout``, whatever this consumer reads."""
-        return super().quantize_input(x, fmt, self.input_scale_layout)
+        return super().quantize_input(x, fmt, self.input_scale_layout, ue8m0)
 
     def scale_layout_read(self, qa: QuantizedActivation, contract: Contract) -> ScaleLayout:
         return ScaleLayout.COL_MAJOR if self.relayout else layout_read_by_strides(qa.scale)

@@ -30,7 +30,7 @@ from .linear import QuantizedLinear
 from .norms import rms_norm
 from .program import RankLayer, Step
 from .records import CONCAT, REPLICATED
-from .rope import cos_sin, rotate_interleaved
+from .rope import cos_sin, rope_is_interleaved, rope_label, rotate
 
 CONSUMERS = ("wq_b", "indexer.wq_b")
 MODEL_SHUFFLED = ("fused_wqa_wkv", "wo_b")
@@ -179,12 +179,14 @@ class AttentionV4Rank(RankLayer):
 
     def _rope(self, s: dict):
         r = self.cfg.qk_rope_head_dim
+        interleaved = rope_is_interleaved(self.cfg, self.behaviour)
         cos, sin = cos_sin(self.cfg, s["positions"])
         q, kv = s["q"].clone(), s["kv"].clone()
-        q[..., -r:] = rotate_interleaved(q[..., -r:], cos, sin)
-        kv[..., -r:] = rotate_interleaved(kv[..., -r:], cos, sin)
+        q[..., -r:] = rotate(q[..., -r:], cos, sin, interleaved)
+        kv[..., -r:] = rotate(kv[..., -r:], cos, sin, interleaved)
         s["q"], s["kv"] = q, kv
-        return self.record("rope", q, CONCAT, gather_dim=1, kernel="rope (GPT-J interleaved)", extras={"kv": kv})
+        label = rope_label(interleaved, self.cfg)
+        return self.record("rope", q, CONCAT, gather_dim=1, kernel=label, extras={"kv": kv})
 
     def _attention(self, s: dict):
         mask = causal_mask(s["positions"], s["positions"], self.cfg.sliding_window or None)
@@ -197,7 +199,8 @@ class AttentionV4Rank(RankLayer):
         r = self.cfg.qk_rope_head_dim
         cos, sin = cos_sin(self.cfg, s["positions"])
         out = s["attn"].clone()
-        out[..., -r:] = rotate_interleaved(out[..., -r:], cos, sin, inverse=True)
+        interleaved = rope_is_interleaved(self.cfg, self.behaviour)
+        out[..., -r:] = rotate(out[..., -r:], cos, sin, interleaved, inverse=True)
         s["attn"] = out
         return self.record("inverse_rope", out, CONCAT, gather_dim=1, kernel="inverse rope")
 

@@ -38,6 +38,7 @@ from ..layouts.quantized import QuantizedWeight
 from ..numerics import FORMATS, Fp8Format, QuantFlavor, block_dequantize, block_quantize, fp8_format, quant_flavor
 from .config import MLAConfig
 from .hf_config import to_hf_dict
+from .hf_quantization import UE8M0
 from .synthetic import synthetic_tensors
 
 SCALE_SUFFIX = ".weight_scale_inv"
@@ -270,6 +271,23 @@ def _check_layer(layer: object) -> int:
 # -- the checkpoint --------------------------------------------------------------------------------
 
 
+def _check_scale_format(cfg: MLAConfig, tensors: Mapping[str, torch.Tensor], where: str) -> None:
+    """A ``scale_fmt: "ue8m0"`` config promises power-of-two weight scales (DeepSeek-V3.1's format, which
+    the engines' ue8m0 kernels read as exponents): refuse, naming the tensor, the first scale that is not."""
+    if cfg.scale_fmt != UE8M0:
+        return
+    for key in sorted(k for k in tensors if k.endswith(SCALE_SUFFIX)):
+        scale = tensors[key]
+        mantissa, _ = torch.frexp(scale)
+        bad = ((mantissa != 0.5) | ~torch.isfinite(scale)).nonzero()
+        if len(bad):
+            index = tuple(int(i) for i in bad[0])
+            raise ValueError(
+                f"{where}: {key}{list(index)} = {scale[index].item()!r} is not a power of two, but config.json's "
+                f"quantization_config.scale_fmt {UE8M0!r} says every block scale is one"
+            )
+
+
 @dataclass(eq=False, repr=False)
 class Checkpoint:
     """The weights of one attention layer, keyed by Hugging Face short name.
@@ -294,6 +312,7 @@ class Checkpoint:
             raise TypeError(f"Checkpoint: tensors must be a dict, got {type(self.tensors).__name__}")
         self.tensors = dict(self.tensors)
         fmt = _validate(self.cfg, self.tensors, self._where())
+        _check_scale_format(self.cfg, self.tensors, self._where())
         if self.quantized != (fmt is not None):
             have = f"{fmt.name} weights" if fmt else "dense weights"
             raise ValueError(f"{self._where()}: quantized={self.quantized} but the checkpoint holds {have}")
@@ -431,6 +450,7 @@ class Checkpoint:
             flavor=flavor,
             progress=bool(progress),
             desc=f"synthetic {cfg.name} layer {layer}",
+            ue8m0=cfg.scale_fmt == UE8M0,
         )
         source = f"synthetic(seed={seed}" + (f", {fmt.name}, {flavor.name})" if quantize else ", bf16)")
         return cls(cfg=cfg, layer=layer, tensors=tensors, quantized=quantize, source=source)
@@ -573,7 +593,8 @@ def _quantize_dense(
         scale_key = key.removesuffix(WEIGHT_SUFFIX) + SCALE_SUFFIX
         if scale_key in tensors:
             continue  # a dense weight with a scale is inconsistent; _validate names it
-        out[key], out[scale_key], _ = block_quantize(t, tuple(cfg.weight_block), fmt, flavor, name=key)
+        ue8m0 = cfg.scale_fmt == UE8M0
+        out[key], out[scale_key], _ = block_quantize(t, tuple(cfg.weight_block), fmt, flavor, ue8m0=ue8m0, name=key)
     return out
 
 

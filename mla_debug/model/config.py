@@ -17,29 +17,74 @@ from typing import Any
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """deepseek-yarn RoPE scaling (``rope_scaling`` / ``rope_parameters`` in config.json)."""
+    """YaRN RoPE scaling (``rope_scaling`` / ``rope_parameters`` in config.json), with transformers 5.24's
+    semantics (``modeling_rope_utils._compute_yarn_parameters`` and DeepSeek-V3's ``yarn_apply_mscale``):
+
+    - ``factor``: the interpolation factor (`hf_config` turns a ``null`` one into max_position_embeddings /
+      original_max_position_embeddings, as transformers does).
+    - ``beta_fast`` / ``beta_slow``: the correction range in rotations; 0 means the default (32 / 1), as
+      transformers' ``beta_fast or 32`` does.
+    - ``mscale`` / ``mscale_all_dim``: the cos/sin multiplier is mscale(factor, mscale) /
+      mscale(factor, mscale_all_dim) only when BOTH are non-zero, else mscale(factor, 1); ``mscale`` None
+      is the key absent from config.json (which transformers treats like 0). The softmax scale gains
+      mscale(factor, mscale_all_dim)^2 when ``mscale_all_dim`` is non-zero.
+    - ``original_max_position_embeddings``: the pre-training context the correction range is measured in.
+    - ``truncate``: floor/ceil the correction range to whole dimensions (transformers' default, and what
+      vLLM 0.33 / SGLang 0.5.23 always do); False keeps the fractional bounds.
+    - ``attention_factor``: an explicit cos/sin multiplier replacing the mscale ratio (None: derived).
+
+    The engines read fewer of these: vLLM 0.33's ``DeepseekScalingRotaryEmbedding`` always truncates,
+    defaults an absent mscale to 1 and ignores ``attention_factor`` (except that 1.0 switches its softmax
+    mscale off, ``deepseek_llama_scaling``). Released DeepSeek and Kimi configs set factor, both betas, both
+    mscales and original_max_position_embeddings, where every reading agrees.
+    """
 
     factor: float = 1.0
     beta_fast: float = 32.0
     beta_slow: float = 1.0
-    mscale: float = 1.0
+    mscale: float | None = None
     mscale_all_dim: float = 0.0
     original_max_position_embeddings: int = 4096
+    truncate: bool = True
+    attention_factor: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.factor <= 0 or not math.isfinite(self.factor):
+            raise ValueError(f"RopeScaling: factor={self.factor} must be a positive number")
+        if self.original_max_position_embeddings <= 0:
+            raise ValueError(
+                f"RopeScaling: original_max_position_embeddings={self.original_max_position_embeddings} must be positive"
+            )
+        if self.attention_factor is not None and not (
+            self.attention_factor > 0 and math.isfinite(self.attention_factor)
+        ):
+            raise ValueError(f"RopeScaling: attention_factor={self.attention_factor} must be a positive number or None")
 
     @staticmethod
-    def yarn_mscale(factor: float, mscale: float) -> float:
+    def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
         """0.1 * mscale * ln(factor) + 1 for factor > 1, else 1."""
         return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
 
     @property
-    def attention_factor(self) -> float:
-        """Multiplier applied to cos/sin: mscale(factor, mscale) / mscale(factor, mscale_all_dim)."""
-        return self.yarn_mscale(self.factor, self.mscale) / self.yarn_mscale(self.factor, self.mscale_all_dim)
+    def cos_sin_scale(self) -> float:
+        """The multiplier applied to cos/sin (transformers' ``attention_scaling``): ``attention_factor``
+        when given, else mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both mscales are
+        non-zero, else mscale(factor, 1)."""
+        if self.attention_factor is not None:
+            return self.attention_factor
+        if self.mscale and self.mscale_all_dim:
+            return self.yarn_mscale(self.factor, self.mscale) / self.yarn_mscale(self.factor, self.mscale_all_dim)
+        return self.yarn_mscale(self.factor)
 
     @property
     def softmax_mscale(self) -> float:
         """The mscale whose square multiplies the softmax scale (1 when mscale_all_dim is 0)."""
         return self.yarn_mscale(self.factor, self.mscale_all_dim) if self.mscale_all_dim else 1.0
+
+    @property
+    def correction_betas(self) -> tuple[float, float]:
+        """(beta_fast, beta_slow) as used: 0 stands for the defaults 32 and 1 (transformers' ``or``)."""
+        return (self.beta_fast or 32.0, self.beta_slow or 1.0)
 
 
 @dataclass(frozen=True)
@@ -55,8 +100,8 @@ class MLAConfig:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     rope_scaling: RopeScaling | None = None
-    # True: RoPE rotates interleaved pairs (x[2i], x[2i+1]), DeepSeek's and the engines' convention (GPT-J
-    # style); False: it rotates the halves (x[i], x[i+R/2]), what transformers does for `rope_interleave: false`.
+    # True: RoPE rotates interleaved pairs (x[2i], x[2i+1]), DeepSeek's convention (GPT-J style); False: it
+    # rotates the halves (x[i], x[i+R/2]), what transformers does for `rope_interleave: false` (v3 only; `rope`).
     rope_interleave: bool = True
     max_position_embeddings: int = 163840
     # DeepSeek-V3 family
@@ -125,6 +170,12 @@ class MLAConfig:
                 out.append(f"qk_rope_head_dim={self.qk_rope_head_dim} exceeds head_dim={self.head_dim}")
             if self.o_groups and self.num_heads % self.o_groups:
                 out.append(f"num_heads={self.num_heads} is not a multiple of o_groups={self.o_groups}")
+        if not isinstance(self.rope_interleave, bool):
+            out.append(f"rope_interleave={self.rope_interleave!r} must be True or False")
+        elif self.arch == "v4" and not self.rope_interleave:
+            out.append(
+                "rope_interleave=False is modelled for v3 (MLA) configs only; DeepSeek-V4 rotates interleaved pairs"
+            )
         if self.scale_fmt not in (None, "ue8m0"):
             out.append(f"scale_fmt={self.scale_fmt!r} is not None or 'ue8m0'")
         if self.rms_norm_eps <= 0:
@@ -146,8 +197,8 @@ class MLAConfig:
     # -- constructors -----------------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str) -> MLAConfig:
-        """A named configuration: deepseek-v3, deepseek-r1, kimi-k2, deepseek-v4-flash, deepseek-v4.1,
-        deepseek-v4-pro, mini, tiny, tiny-v4."""
+        """A named configuration: deepseek-v3, deepseek-r1, deepseek-v3.1, kimi-k2, kimi-k2-0905,
+        deepseek-v4-flash, deepseek-v4.1, deepseek-v4-pro, mini, tiny, tiny-v4."""
         key = name.strip().lower()
         if key not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
@@ -194,10 +245,13 @@ class MLAConfig:
 _DEEPSEEK_YARN = RopeScaling(
     factor=40.0, beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, original_max_position_embeddings=4096
 )
-# Kimi-K2 (unverified: yarn factor 32 for the Instruct release, rms_norm_eps 1e-5).
+# Kimi-K2-Instruct / -Base (131072 positions) and Kimi-K2-Instruct-0905 / -Thinking (262144): yarn factor 32 and
+# 64 on the same 4096-position pre-training, betas 1 and 1. Sources and what could be checked against the
+# releases: tests/model/released_configs.py.
 _KIMI_YARN = RopeScaling(
     factor=32.0, beta_fast=1.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0, original_max_position_embeddings=4096
 )
+_KIMI_YARN_256K = replace(_KIMI_YARN, factor=64.0)
 
 _V3 = dict(
     arch="v3",
@@ -211,6 +265,15 @@ _V3 = dict(
     rms_norm_eps=1e-6,
     rope_theta=10000.0,
     rope_scaling=_DEEPSEEK_YARN,
+    max_position_embeddings=163840,
+)
+_KIMI_K2 = dict(
+    _V3,
+    num_heads=64,
+    rope_theta=50000.0,
+    rms_norm_eps=1e-6,
+    rope_scaling=_KIMI_YARN,
+    max_position_embeddings=131072,
 )
 _V4_FLASH = dict(
     arch="v4",
@@ -233,9 +296,13 @@ _V4_FLASH = dict(
 PRESETS: dict[str, MLAConfig] = {
     "deepseek-v3": MLAConfig(name="deepseek-v3", **_V3),
     "deepseek-r1": MLAConfig(name="deepseek-r1", **_V3),
-    "kimi-k2": MLAConfig(
-        name="kimi-k2",
-        **{**_V3, "num_heads": 64, "rope_theta": 50000.0, "rms_norm_eps": 1e-5, "rope_scaling": _KIMI_YARN},
+    # DeepSeek-V3.1 (and its -Terminus update): V3's attention; its weights and serving-time activations
+    # use power-of-two block scales (quantization_config.scale_fmt "ue8m0").
+    "deepseek-v3.1": MLAConfig(name="deepseek-v3.1", **_V3, scale_fmt="ue8m0"),
+    "kimi-k2": MLAConfig(name="kimi-k2", **_KIMI_K2),
+    # Kimi-K2-Instruct-0905 (Kimi-K2-Thinking has the same attention, left in bf16 by its INT4 release).
+    "kimi-k2-0905": MLAConfig(
+        name="kimi-k2-0905", **{**_KIMI_K2, "rope_scaling": _KIMI_YARN_256K, "max_position_embeddings": 262144}
     ),
     "deepseek-v4-flash": MLAConfig(name="deepseek-v4-flash", **_V4_FLASH),
     # DeepSeek-V4.1-Flash: the widths vLLM 0.33.0's V4.1 attention mega kernel is built for

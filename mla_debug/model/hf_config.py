@@ -1,23 +1,31 @@
 """Both directions of a Hugging Face ``config.json``: `from_hf_dict` (config.json -> MLAConfig, for
-DeepSeek-V3/R1, Kimi-K2 and DeepSeek-V4 field names) and `to_hf_dict` (MLAConfig -> the fields that read
-back to an equal config), with the key mapping in one table (`FIELDS`) that both directions use.
+DeepSeek-V3/R1/V3.1, Kimi-K2 (and K2.5/K2.6's ``text_config``) and DeepSeek-V4 field names) and
+`to_hf_dict` (MLAConfig -> the fields that read back to an equal config), with the key mapping of the
+attention's widths in one table (`FIELDS`) that both directions use; the RoPE fields (`hf_rope`) and the
+quantization_config (`hf_quantization`) have their own shapes and modules.
 
 Only the fields an attention layer needs are read; the rest of a model config (MoE, vocabulary, ...) is
 ignored. Fields that are read are checked: a missing or mistyped one, RoPE parameters given twice with
-different values, unknown RoPE keys or a non-FP8 quantization each raise a ValueError naming the field.
-Optional fields that are absent take `MLAConfig`'s defaults. `MLAConfig.from_hf` / `MLAConfig.to_hf` are
-the public entries; `Checkpoint.save` writes `to_hf_dict`'s output.
+different values, unknown or unmodelled RoPE keys, a quantization that is not modelled each raise a
+ValueError naming the field and the reason. Optional fields that are absent take `MLAConfig`'s defaults
+(``rope_interleave`` True; RoPE defaults as transformers 5.24 takes them, `hf_rope`). A multimodal wrapper
+(``text_config`` with no attention fields of its own, Kimi-K2.5) is read through its ``text_config``.
+`MLAConfig.from_hf` / `MLAConfig.to_hf` are the public entries; `Checkpoint.save` writes `to_hf_dict`'s
+output.
 
-The round trip ``from_hf_dict(to_hf_dict(cfg), cfg.name) == cfg`` holds for every valid config whose
-``weight_block`` is (128, 128) or that is quantized (an unquantized config.json has no block size).
+The round trip ``from_hf_dict(to_hf_dict(cfg), cfg.name) == cfg`` holds for every valid config that is
+quantized, or whose ``weight_block`` is (128, 128) and ``scale_fmt`` None (an unquantized config.json has
+no quantization_config to carry them).
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from .config import MLAConfig, RopeScaling
+from .config import MLAConfig
+from .hf_quantization import read_quantization, write_quantization
+from .hf_rope import field_default, read_interleave, read_rope, write_rope
 
 
 @dataclass(frozen=True)
@@ -59,21 +67,18 @@ FIELDS: tuple[HfField, ...] = (
 # What each family writes besides FIELDS; read back only to tell the families apart.
 MODEL_TYPES = {"v3": "deepseek_v3", "v4": "deepseek_v4"}
 ARCHITECTURES = {"v3": "DeepseekV3ForCausalLM", "v4": "DeepseekV4ForCausalLM"}
-
-# rope_scaling / rope_parameters keys: RopeScaling's fields, plus the kind and theta spellings.
-_ROPE_SCALING_KEYS = tuple(f.name for f in fields(RopeScaling))
-_ROPE_KEYS = {"type", "rope_type", "rope_theta", "partial_rotary_factor", "truncate", *_ROPE_SCALING_KEYS}
-_YARN_NAMES = {"yarn", "deepseek_yarn"}
-
-# DeepSeek's quantization_config, the only one modelled: fp8 e4m3 weights in blocks, dynamic 1x128 activations.
-_QUANT_METHOD, _QUANT_FMT, _ACTIVATION_SCHEME = "fp8", "e4m3", "dynamic"
-_E4M3_NAMES = ("e4m3", "e4m3fn", "float8_e4m3fn")
+# A multimodal wrapper (Kimi-K2.5 / K2.6, model_type kimi_k25) nests the language model's config here, and
+# its checkpoint names that model's modules under this prefix.
+TEXT_CONFIG, TEXT_PREFIX = "text_config", "language_model."
 
 
-def _default(cls: type, attribute: str) -> Any:
-    (f,) = (f for f in fields(cls) if f.name == attribute)
-    assert f.default is not MISSING, f"{cls.__name__}.{attribute} has no default to fall back on"
-    return f.default
+def _read(data: dict, field: HfField) -> int | float:
+    if field.required:
+        return _int(data, field.key)
+    default = field_default(MLAConfig, field.attribute)
+    if field.kind is float:
+        return _float(data, field.key, default)
+    return _int(data, field.key, False, default)
 
 
 def _int(data: dict, key: str, required: bool = True, default: int = 0) -> int:
@@ -94,96 +99,52 @@ def _float(data: dict, key: str, default: float) -> float:
     return float(value)
 
 
-def _read(data: dict, field: HfField) -> int | float:
-    if field.required:
-        return _int(data, field.key)
-    default = _default(MLAConfig, field.attribute)
-    if field.kind is float:
-        return _float(data, field.key, default)
-    return _int(data, field.key, False, default)
+def _is_attention_config(data: dict) -> bool:
+    return "kv_lora_rank" in data or "o_groups" in data or str(data.get("model_type", "")).startswith(MODEL_TYPES["v4"])
 
 
-def _rope(data: dict) -> tuple[float, RopeScaling | None]:
-    scaling = data.get("rope_scaling")
-    params = data.get("rope_parameters")
-    if isinstance(params, dict) and "main" in params:
-        # DeepSeek-V4 (transformers): RoPE of the main (sliding-window) attention; the compressor's
-        # branch ("compress") is out of scope.
-        params = params["main"]
-    if scaling is not None and params is not None:
-        both = set(scaling) & set(params)
-        clashes = [k for k in sorted(both) if scaling[k] != params[k] and k not in ("type", "rope_type")]
-        if clashes:
-            raise ValueError(f"config.json: rope_scaling and rope_parameters disagree on {clashes}")
-    spec: dict[str, Any] = {**(params or {}), **(scaling or {})}
-    for source in (scaling, params):
-        if source is not None and not isinstance(source, dict):
-            raise ValueError(f"config.json: rope_scaling/rope_parameters must be an object, got {source!r}")
-    unknown = sorted(set(spec) - _ROPE_KEYS)
-    if unknown:
-        raise ValueError(f"config.json: unknown RoPE fields {unknown}; known: {sorted(_ROPE_KEYS)}")
-    theta = data.get("rope_theta")
-    if theta is not None and "rope_theta" in spec and float(spec["rope_theta"]) != float(theta):
-        raise ValueError(f"config.json: rope_theta {theta} and rope_parameters.rope_theta {spec['rope_theta']} differ")
-    theta = float(theta if theta is not None else spec.get("rope_theta", _default(MLAConfig, "rope_theta")))
-    kind = spec.get("rope_type", spec.get("type", "default" if not spec.get("factor") else "yarn"))
-    if kind in (None, "default"):
-        return theta, None
-    if kind not in _YARN_NAMES:
-        raise ValueError(f"config.json: RoPE type {kind!r} is not supported (only deepseek-yarn / yarn)")
-    values = {}
-    for key in _ROPE_SCALING_KEYS:
-        default = _default(RopeScaling, key)
-        values[key] = _int(spec, key, False, default) if isinstance(default, int) else _float(spec, key, default)
-    return theta, RopeScaling(**values)
-
-
-def _quantization(data: dict) -> tuple[bool, tuple[int, int]]:
-    default_block = _default(MLAConfig, "weight_block")
-    quant = data.get("quantization_config")
-    if quant is None:
-        return False, default_block
-    if not isinstance(quant, dict):
-        raise ValueError(f"config.json: quantization_config must be an object, got {quant!r}")
-    method = quant.get("quant_method", _QUANT_METHOD)
-    if method != _QUANT_METHOD:
-        raise ValueError(f"config.json: quantization_config.quant_method {method!r} is not {_QUANT_METHOD!r}")
-    fmt = quant.get("fmt", _QUANT_FMT)
-    if fmt not in _E4M3_NAMES:
-        raise ValueError(f"config.json: quantization_config.fmt {fmt!r} is not an e4m3 format")
-    block = quant.get("weight_block_size", list(default_block))
-    if not (isinstance(block, (list, tuple)) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
-        raise ValueError(f"config.json: quantization_config.weight_block_size must be two positive ints, got {block!r}")
-    scheme = quant.get("activation_scheme", _ACTIVATION_SCHEME)
-    if scheme != _ACTIVATION_SCHEME:
-        raise ValueError(f"config.json: activation_scheme {scheme!r} is not 'dynamic' (per-token group quant)")
-    return True, (block[0], block[1])
+def language_model(data: dict) -> tuple[dict, str, Any]:
+    """The part of a parsed config.json that holds the attention, the checkpoint's module-name prefix for
+    it, and the quantization_config that applies: the config itself, or a multimodal wrapper's
+    ``text_config`` (whose quantization_config may sit at either level; two different ones are refused)."""
+    text = data.get(TEXT_CONFIG)
+    if _is_attention_config(data) or not isinstance(text, dict):
+        return data, "", data.get("quantization_config")
+    outer, inner = data.get("quantization_config"), text.get("quantization_config")
+    if outer is not None and inner is not None and outer != inner:
+        raise ValueError("config.json: quantization_config differs between the top level and text_config")
+    return text, TEXT_PREFIX, outer if outer is not None else inner
 
 
 def from_hf_dict(data: dict, name: str) -> MLAConfig:
     """The MLAConfig a parsed config.json describes, named `name`."""
     if not isinstance(data, dict):
         raise ValueError(f"config.json must be a JSON object, got {type(data).__name__}")
+    data, prefix, quant = language_model(data)
     model_type = str(data.get("model_type", ""))
     is_v4 = model_type.startswith(MODEL_TYPES["v4"]) or "o_groups" in data
     if not is_v4 and "kv_lora_rank" not in data:
         raise ValueError(
             f"config.json ({model_type or 'no model_type'}): neither an MLA config (kv_lora_rank) nor a "
-            "DeepSeek-V4 config (o_groups)"
+            "DeepSeek-V4 config (o_groups), nor a wrapper with such a text_config"
         )
     if data.get("q_lora_rank", 0) is None:
         raise ValueError("config.json: q_lora_rank is null (a direct q_proj, DeepSeek-V2-Lite style) - not supported")
     arch = "v4" if is_v4 else "v3"
-    theta, scaling = _rope(data)
-    quantized, block = _quantization(data)
+    theta, scaling = read_rope(data, arch)
+    layers = data.get("num_hidden_layers")
+    layers = layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else 1
+    quantization = read_quantization(quant, arch, prefix, layers)
     values = {f.attribute: _read(data, f) for f in FIELDS if f.arch in (None, arch)}
     return MLAConfig(
         name=name,
         arch=arch,
         rope_theta=theta,
         rope_scaling=scaling,
-        weight_block=block,
-        quantized=quantized,
+        rope_interleave=read_interleave(data),
+        weight_block=quantization.weight_block,
+        quantized=quantization.quantized,
+        scale_fmt=quantization.scale_fmt,
         **values,
     )
 
@@ -192,24 +153,16 @@ def to_hf_dict(cfg: MLAConfig, quantized: bool | None = None) -> dict[str, Any]:
     """The config.json fields `from_hf_dict` reads back to an equal config (name aside).
 
     ``quantized`` (default ``cfg.quantized``) adds DeepSeek's ``quantization_config`` (fp8, e4m3,
-    dynamic activations, ``cfg.weight_block``). Every attention head has its own K/V in v3 (MLA
-    expands the latent per head); v4 has one shared KV head.
+    dynamic activations, ``cfg.weight_block``, ``scale_fmt`` when set). Every attention head has its own
+    K/V in v3 (MLA expands the latent per head); v4 has one shared KV head. ``rope_interleave`` is
+    written only when False (its absence means True).
     """
     quantized = cfg.quantized if quantized is None else quantized
     out: dict[str, Any] = {"architectures": [ARCHITECTURES[cfg.arch]], "model_type": MODEL_TYPES[cfg.arch]}
     out.update({f.key: getattr(cfg, f.attribute) for f in FIELDS if f.arch in (None, cfg.arch)})
-    out.update(
-        num_key_value_heads=cfg.num_heads if cfg.arch == "v3" else 1,
-        rope_theta=cfg.rope_theta,
-        torch_dtype="bfloat16",
-    )
-    if cfg.rope_scaling is not None:
-        out["rope_scaling"] = {"type": "yarn", **{key: getattr(cfg.rope_scaling, key) for key in _ROPE_SCALING_KEYS}}
+    out["num_key_value_heads"] = cfg.num_heads if cfg.arch == "v3" else 1
+    out.update(write_rope(cfg))
+    out["torch_dtype"] = "bfloat16"
     if quantized:
-        out["quantization_config"] = {
-            "quant_method": _QUANT_METHOD,
-            "fmt": _QUANT_FMT,
-            "activation_scheme": _ACTIVATION_SCHEME,
-            "weight_block_size": list(cfg.weight_block),
-        }
+        out["quantization_config"] = write_quantization(cfg.weight_block, cfg.scale_fmt)
     return out

@@ -45,7 +45,7 @@ from .load_order import absorbed_derived_before_kernel_load, absorbed_reader
 from .norms import rms_norm
 from .program import RankLayer, Step
 from .records import CONCAT, REPLICATED
-from .rope import cos_sin, rotate_interleaved
+from .rope import cos_sin, rope_is_interleaved, rope_label, rotate
 
 CONSUMERS = ("q_b_proj",)
 # The epsilons vLLM 0.33.0 registers MLADualRMSGroupQuantPattern for (MLADualRMSNormFusionPass.__init__).
@@ -149,17 +149,18 @@ class MLAv3Rank(RankLayer):
 
     def _rope(self, s: dict):
         p = self.cfg.qk_nope_head_dim
+        interleaved = rope_is_interleaved(self.cfg, self.behaviour)
         cos, sin = cos_sin(self.cfg, s["positions"])
         q = s["q"].clone()
-        q[..., p:] = rotate_interleaved(q[..., p:], cos, sin)
+        q[..., p:] = rotate(q[..., p:], cos, sin, interleaved)
         s["q"] = q
-        s["k_pe"] = rotate_interleaved(s["k_pe_raw"], cos, sin)
+        s["k_pe"] = rotate(s["k_pe_raw"], cos, sin, interleaved)
         return self.record(
             "rope",
             q,
             CONCAT,
             gather_dim=1,
-            kernel="rope (GPT-J interleaved, deepseek-yarn)",
+            kernel=rope_label(interleaved, self.cfg),
             extras={"k_pe": s["k_pe"]},
         )
 

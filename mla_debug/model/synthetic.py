@@ -98,11 +98,13 @@ def synthetic_tensors(
     flavor: QuantFlavor,
     progress: bool = False,
     desc: str = "synthetic weights",
+    ue8m0: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Generate every tensor of `shapes` (keys ``<module>.weight``; 2-D linear, 1-D norm).
 
     With ``quantize`` each linear weight is block-quantized right after it is generated (its bf16 copy
-    is freed before the next module), adding ``<module>.weight_scale_inv`` (fp32) after its weight.
+    is freed before the next module), adding ``<module>.weight_scale_inv`` (fp32) after its weight; with
+    ``ue8m0`` those scales are rounded up to powers of two (a ``scale_fmt: "ue8m0"`` checkpoint).
     """
     out: dict[str, torch.Tensor] = {}
     for key, shape in progress_of(shapes.items(), desc=desc, unit="module", enabled=progress):
@@ -114,7 +116,7 @@ def synthetic_tensors(
         if not quantize:
             out[key] = weight
             continue
-        q, scale, _ = block_quantize(weight, block, fmt, flavor, name=key)
+        q, scale, _ = block_quantize(weight, block, fmt, flavor, ue8m0=ue8m0, name=key)
         del weight
         out[key] = q
         out[key.removesuffix(".weight") + ".weight_scale_inv"] = scale

@@ -109,8 +109,12 @@ class LayerBuilder:
         """A linear over `weight` (a rank's shard) with the model's flags, loaded: kernel chosen, weight
         processed."""
         flags, events = linear_flags(self.cfg, spec, self.scenario.behaviour, self.platform)
-        cls = DenseLinear if isinstance(weight, torch.Tensor) else self.quantized_linear
-        linear = cls(spec.name, weight, **flags)
+        if isinstance(weight, torch.Tensor):
+            linear = DenseLinear(spec.name, weight, **flags)
+        else:
+            # The checkpoint's scale format travels with the weight: an engine may quantize the layer's
+            # activations by it (`Kernel.input_ue8m0`).
+            linear = self.quantized_linear(spec.name, weight, scale_fmt=self.cfg.scale_fmt, **flags)
         linear.events.extend(events)
         return linear.load(self.policy, self.platform)
 

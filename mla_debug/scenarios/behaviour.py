@@ -77,6 +77,15 @@ class ModelBehaviour:
         one ``fused_qk_rmsnorm_group_quant`` whose q output feeds q_b_proj pre-quantized.
     v3_fused_transpose_scale: the scale order that producer writes (False = ROW_MAJOR: the pass passes
         ``transpose_scale=False``).
+
+    Both families:
+
+    honours_rope_interleave: whether the model code rotates the RoPE pairs the checkpoint's
+        ``rope_interleave`` names (True: SGLang 0.5.23, ``DeepseekV2AttentionMLA.__init__``:
+        ``is_neox_style = not getattr(config, "rope_interleave", True)``). False: interleaved pairs
+        whatever the config says - vLLM 0.33.0 ``models/deepseek_v2.py``, ``DeepseekV2MLAAttention.__init__``
+        builds its rotary embedding with ``is_neox_style=False``; it matters only for a checkpoint with
+        ``rope_interleave: false``, whose rope dimensions vLLM then pairs wrongly.
     """
 
     v4_fused_norm_quant: bool = False
@@ -92,6 +101,7 @@ class ModelBehaviour:
     absorbed_bmm: str = "dequantized"
     absorbed_weights_derived: str = "after-kernel-load"
     load_order: str = "standard"
+    honours_rope_interleave: bool = True
 
     def __post_init__(self) -> None:
         problems = behaviour_problems(self)

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from released_configs import DEEPSEEK_V3_JSON, DEEPSEEK_V4_FLASH_JSON, KIMI_K2_JSON
+from released_configs import DEEPSEEK_V3_JSON, DEEPSEEK_V4_FLASH_JSON, KIMI_K2_INSTRUCT_JSON
 
 from mla_debug.model import PRESETS, MLAConfig, RopeScaling
 
@@ -58,7 +58,9 @@ def test_the_presets_exist():
         "mini",
         "deepseek-v3",
         "deepseek-r1",
+        "deepseek-v3.1",
         "kimi-k2",
+        "kimi-k2-0905",
         "deepseek-v4-flash",
         "deepseek-v4.1",
         "deepseek-v4-pro",
@@ -80,7 +82,7 @@ def test_deepseek_v3_dimensions_and_softmax_scale():
     assert cfg.softmax_scale == 192**-0.5 * mscale**2
     assert round(cfg.softmax_scale, 6) == 0.135234
     # mscale == mscale_all_dim: the cos/sin multiplier cancels to exactly 1.
-    assert cfg.rope_scaling.attention_factor == 1.0
+    assert cfg.rope_scaling.cos_sin_scale == 1.0
     assert MLAConfig.preset("deepseek-r1").with_(name="deepseek-v3") == cfg
 
 
@@ -96,8 +98,33 @@ def test_kimi_and_v4_softmax_scales():
 def test_rope_scaling_without_mscale_all_dim_leaves_the_softmax_unscaled():
     rs = RopeScaling(factor=40.0, mscale=1.0, mscale_all_dim=0.0)
     assert rs.softmax_mscale == 1.0
-    assert rs.attention_factor == 0.1 * math.log(40) + 1
+    assert rs.cos_sin_scale == 0.1 * math.log(40) + 1
     assert RopeScaling.yarn_mscale(1.0, 1.0) == 1.0
+
+
+def test_the_cos_sin_multiplier_follows_transformers_mscale_rule():
+    # transformers 5.24 _compute_yarn_parameters: the mscale ratio only when both are non-zero, else
+    # mscale(factor, 1); an explicit attention_factor replaces both.
+    g = RopeScaling.yarn_mscale
+    assert RopeScaling(factor=40.0, mscale=0.5, mscale_all_dim=2.0).cos_sin_scale == g(40, 0.5) / g(40, 2.0)
+    assert RopeScaling(factor=40.0, mscale=None, mscale_all_dim=2.0).cos_sin_scale == g(40)
+    assert RopeScaling(factor=40.0, mscale=0.5, mscale_all_dim=0.0).cos_sin_scale == g(40)
+    assert RopeScaling(factor=40.0, mscale=0.5, mscale_all_dim=2.0, attention_factor=0.75).cos_sin_scale == 0.75
+    # The softmax mscale reads mscale_all_dim alone, attention_factor or not.
+    assert RopeScaling(factor=40.0, mscale_all_dim=2.0, attention_factor=0.75).softmax_mscale == g(40, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("changes", "pattern"),
+    [
+        ({"factor": 0.0}, "factor=0.0 must be a positive number"),
+        ({"original_max_position_embeddings": 0}, "original_max_position_embeddings=0 must be positive"),
+        ({"attention_factor": -1.0}, "attention_factor=-1.0 must be a positive number or None"),
+    ],
+)
+def test_rope_scaling_refuses_values_no_reading_can_use(changes, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        RopeScaling(**changes)
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------
@@ -187,7 +214,7 @@ def test_from_hf_transformers_config_with_yarn_in_rope_parameters():
 
 
 def test_from_hf_kimi_k2_config_equals_the_preset():
-    cfg = MLAConfig.from_hf(KIMI_K2_JSON)
+    cfg = MLAConfig.from_hf(KIMI_K2_INSTRUCT_JSON)
     assert cfg.name == "kimi_k2"
     assert differing(cfg, MLAConfig.preset("kimi-k2")) == {}
 
@@ -237,7 +264,7 @@ def _with(data: dict, **changes) -> dict:
         ),
         (
             _with(DEEPSEEK_V3_JSON, quantization_config={"quant_method": "awq", "bits": 4}),
-            r"quantization_config.quant_method 'awq' is not 'fp8'",
+            r"quantization_config.quant_method 'awq' is not modelled \(known: 'fp8'",
         ),
         (
             _with(

@@ -24,8 +24,10 @@ def test_every_preset_round_trips(name, quantized):
     data = through_json(cfg.to_hf())
     assert ("quantization_config" in data) == quantized
     assert ("rope_scaling" in data) == (cfg.rope_scaling is not None)
-    assert MLAConfig.from_hf(data, name=name) == cfg
-    assert from_hf_dict(data, name) == cfg and to_hf_dict(cfg) == cfg.to_hf()
+    # scale_fmt lives in quantization_config: an unquantized config.json has no place for it.
+    expected = cfg if quantized else cfg.with_(scale_fmt=None)
+    assert MLAConfig.from_hf(data, name=name) == expected
+    assert from_hf_dict(data, name) == expected and to_hf_dict(cfg) == cfg.to_hf()
 
 
 def test_quantized_argument_overrides_the_config():
@@ -56,9 +58,24 @@ def test_the_key_table_covers_each_family_and_names_each_key_once():
         written = MLAConfig.preset(preset).to_hf()
         assert {f.key for f in FIELDS if f.arch in (None, arch)} <= set(written)
         assert not {f.key for f in FIELDS if f.arch not in (None, arch)} & set(written)
-    # Every dimension of MLAConfig goes through the table, except those with their own config.json shapes.
-    own_shapes = {"name", "arch", "rope_theta", "rope_scaling", "weight_block", "quantized", "extra", "rope_interleave", "scale_fmt"}
-    assert attributes | own_shapes == set(MLAConfig.__dataclass_fields__)
+    # Every dimension of MLAConfig goes through the table, except the name, the family (model_type) and
+    # those with their own config.json shapes - each written where it belongs when it differs from what
+    # the key's absence means.
+    own_shapes = {
+        "rope_theta": "rope_theta",
+        "rope_scaling": "rope_scaling",
+        "rope_interleave": "rope_interleave",
+        "weight_block": "quantization_config",
+        "quantized": "quantization_config",
+        "scale_fmt": "quantization_config",
+    }
+    assert attributes | set(own_shapes) | {"name", "arch", "extra"} == set(MLAConfig.__dataclass_fields__)
+    unusual = MLAConfig.preset("tiny").with_(rope_interleave=False, scale_fmt="ue8m0", weight_block=(64, 128))
+    written = unusual.to_hf()
+    assert set(own_shapes.values()) <= set(written)
+    assert written["rope_interleave"] is False and written["quantization_config"]["scale_fmt"] == "ue8m0"
+    assert "rope_interleave" not in MLAConfig.preset("tiny").to_hf()
+    assert "scale_fmt" not in MLAConfig.preset("tiny").to_hf()["quantization_config"]
 
 
 @st.composite
@@ -80,18 +97,22 @@ def configs(draw) -> MLAConfig:
     if draw(st.booleans()):
         floats = st.floats(0.0, 64.0)
         common["rope_scaling"] = RopeScaling(
-            factor=draw(st.floats(1.0, 64.0)),
+            factor=draw(st.floats(0.125, 64.0)),
             beta_fast=draw(floats),
             beta_slow=draw(floats),
-            mscale=draw(floats),
+            mscale=draw(st.one_of(st.none(), floats)),
             mscale_all_dim=draw(floats),
             original_max_position_embeddings=draw(positive),
+            truncate=draw(st.booleans()),
+            attention_factor=draw(st.one_of(st.none(), st.floats(0.01, 4.0))),
         )
     quantized = draw(st.booleans())
     block = (draw(st.sampled_from([64, 128])), draw(st.sampled_from([64, 128]))) if quantized else (128, 128)
-    common.update(quantized=quantized, weight_block=block)
+    scale_fmt = draw(st.sampled_from([None, "ue8m0"])) if quantized else None
+    common.update(quantized=quantized, weight_block=block, scale_fmt=scale_fmt)
     if arch == "v3":
         return MLAConfig(
+            rope_interleave=draw(st.booleans()),
             num_heads=draw(positive),
             kv_lora_rank=draw(positive),
             qk_nope_head_dim=draw(positive),

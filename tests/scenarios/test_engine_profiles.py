@@ -43,7 +43,12 @@ def test_a_profile_loads_by_name_and_round_trips(name):
 def test_vllm_on_rocm_runs_its_own_triton_gemm_while_aiter_is_off():
     scen = resolved("vllm-0.33", "mi355x")
     assert scen.priority == ("vllm-triton-blockscale", "torch-reference")
-    assert rules(scen) == ["rocm-block-fp8-list", "mla-absorbed-weights-at-activation-dtype"]
+    assert rules(scen) == [
+        "rocm-block-fp8-list",
+        "mla-rope-pairs-interleaved",
+        "mla-absorbed-weights-at-activation-dtype",
+    ]
+    assert not scen.behaviour.honours_rope_interleave
     assert scen.behaviour.absorbed_weight_dtype == "bf16"
     assert not scen.behaviour.v3_fused_norm_quant
 
@@ -112,7 +117,9 @@ def test_sglang_with_aiter_on_gfx942_runs_aiters_triton_gemm_unless_ck_is_asked_
 @pytest.mark.parametrize(("platform", "ue8m0"), [("h200", False), ("b200", True)])
 def test_sglang_on_nvidia_runs_deepgemm_and_bf16_absorbed_weights(platform, ue8m0):
     scen = resolved("sglang-0.5.23", platform)
-    assert scen.priority[0] == "deepgemm" and scen.kernel_options["deepgemm"] == {"ue8m0": ue8m0}
+    # DeepGEMM's input quant follows a ue8m0 checkpoint's scale format (Fp8LinearMethod's act_scale_ue8m0).
+    assert scen.priority[0] == "deepgemm"
+    assert scen.kernel_options["deepgemm"] == {"ue8m0": ue8m0, "follow_scale_fmt": True}
     assert scen.behaviour.absorbed_weight_dtype == "bf16"
 
 
