@@ -6,7 +6,7 @@ The package root holds the names most work needs - entry points, result types an
 are made of. Everything else lives in its layer's package: ``md.layouts.unshuffle_weight``,
 ``md.kernels.TunedTable``, ``md.numerics.error_metrics``, ``md.scenarios.scenario_names``, ... (a name
 that moved from here says where it went). The layers import only those below them:
-numerics <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel <- analysis,
+numerics <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel <- capture <- analysis,
 profiling <- viz <- cli. Plotting imports lazily, so ``import mla_debug`` works on a bare GPU box.
 
 `write_html` comes from `viz` (the HTML report is drawn from a TriageReport, so analysis never imports
