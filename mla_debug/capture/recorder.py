@@ -24,6 +24,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +324,7 @@ class LayerCapture:
             value, _ = local_tensor(_first_tensor(output))
             if value is not None:
                 self._record_activation(canon.LAYER_OUTPUT, "o_proj", value, output=True, source=self.attention_path)
+                self._restep(canon.LAYER_OUTPUT, "all_reduce")
         self._inside = False
         if recorded and self.close_after:
             self.__exit__(None, None, None)
@@ -384,6 +386,11 @@ class LayerCapture:
             shard, dim = Shard.REPLICATED, None
         role = TensorRole.OUTPUT if output else TensorRole.INPUT
         self._keep(name, role, kept, info.step, source, attrs, shard, dim)
+
+    def _restep(self, name: str, step: str) -> None:
+        """The layer's output ends the all-reduce step (an identity at TP1), not o_proj's."""
+        if name in self.tensors:
+            self.tensors[name] = replace(self.tensors[name], step=step)
 
     def _keep(self, name, role, tensor, step, source, attrs, shard, dim) -> None:
         self.tensors[name] = CapturedTensor(
