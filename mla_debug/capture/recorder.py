@@ -35,18 +35,13 @@ from . import canonical as canon
 from .names import LINEAR_TENSORS, NameMap, resolve_map
 from .names import builtin_maps as _builtin_maps
 from .store import rank_folder_name, write_rank
-from .tensor_bytes import layout_of, rebuild, spanned_bytes
+from .tensor_bytes import exact_copy
 from .tensor_facts import flags, installed_versions, local_tensor, module_facts
 from .types import AttrValue, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
 
 # Activation scales are one value per group of this many features (SEMANTICS 2).
 GROUP_SIZE = 128
 _ACTIVE: list[LayerCapture] = []
-
-
-def exact_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A CPU copy with the same dtype, shape, strides, storage offset and spanned bytes."""
-    return rebuild(spanned_bytes(tensor), layout_of(tensor), "capture")
 
 
 def _first_tensor(value: Any) -> Any:

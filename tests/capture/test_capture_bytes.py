@@ -106,3 +106,13 @@ def test_a_rank_folder_round_trips_every_tensor(tmp_path_factory, tensors):
         )
         assert torch.equal(raw(back), raw(original.tensor))
         assert rank.tensors[name].attrs == original.attrs
+
+
+def test_two_views_of_one_storage_are_both_kept(tmp_path):
+    base = torch.arange(24, dtype=torch.float32).view(4, 6)
+    halves = {"a": base[:, :3], "b": base[:, 3:].t()}
+    manifest = CaptureManifest(EngineInfo("test"), MLAConfig.preset("tiny"), layer=0, tp_size=1, positions=(), tokens=())
+    rank = RankCapture(0, 1, {n: CapturedTensor(n, TensorRole.OUTPUT, t) for n, t in halves.items()})
+    _, back = read_rank(write_rank(tmp_path, manifest, rank))
+    for name, view in halves.items():
+        assert back.tensors[name].tensor.stride() == view.stride() and torch.equal(back.tensors[name].tensor, view)
