@@ -1,9 +1,12 @@
 """`md.capture(model, out, layer=...)`: record one MLA layer of any PyTorch module tree, on this rank.
 
 On entering, the capture finds the layer's attention module (``...layers.<layer>.<attention_attr>``),
-picks the name map that knows its class (or the one given), copies every mapped weight and derived
-weight exactly as stored (after the engine's loading: shuffles, transposes and flags included), and
-hooks the attention module and its mapped submodules. Inside the block the model runs as usual; the
+picks the name map that knows its class (or the one given), takes every mapped weight and derived
+weight as the engine stores it (after its loading: shuffles, transposes and flags included), and hooks
+the attention module and its mapped submodules. Weights are held, not copied: their bytes are read when
+the folder is written, at the end of the block (an engine does not change them while serving; one that
+reloads weights inside the block would be captured with the new ones). Activations are copied when
+their op runs, since engines reuse those buffers. Inside the block the model runs as usual; the
 hooks copy the inputs and outputs of the `call`-th call of that attention module (0: the first), keeping
 only the chosen token rows, and `record(name, tensor)` adds what hooks cannot see (an activation scale
 an engine computes inside a fused op). On leaving without an error, the rank's folder is written under
@@ -252,7 +255,7 @@ class LayerCapture:
                     shard, dim, step = Shard.REPLICATED, None, info.step
                 attrs.update(flags(_resolve(module, attr), module))
                 attrs.update(module_facts(module))
-                self._keep(name, role, exact_copy(value), step, self._source(f"{entry.path}.{attr}"), attrs, shard, dim)
+                self._keep(name, role, value, step, self._source(f"{entry.path}.{attr}"), attrs, shard, dim)
 
     def _record_derived(self) -> None:
         for entry in self.name_map.derived:
@@ -266,7 +269,7 @@ class LayerCapture:
             if entry.axes:
                 attrs["axes"] = entry.axes
             self._keep(
-                entry.canonical, TensorRole.DERIVED_WEIGHT, exact_copy(value), None, self._source(entry.path), attrs, shard, dim
+                entry.canonical, TensorRole.DERIVED_WEIGHT, value, None, self._source(entry.path), attrs, shard, dim
             )
 
     def _install_hooks(self) -> None:
