@@ -4,11 +4,12 @@
       [--dtype bfloat16] [--out FILE]
 
 The layer is transformers' own DeepseekV3Attention at the preset's dimensions (random weights, eager),
-the module a user's model holds; side by side in one run:
+the module a user's model holds; side by side in one run, interleaved (plain, captured, plain, ...):
   forward          - median of `--repeats` plain forwards of `--tokens` tokens
   captured forward - median of the same forward inside `md.capture` (every token kept), whole: entering
-                     (copying every weight as stored), the forward with its hooks, and leaving (writing
-                     the rank folder to a fresh temporary folder, removed afterwards)
+                     (finding the modules, holding every weight as stored), the forward with its hooks
+                     (which copy each op's inputs and outputs), and leaving (writing the rank folder,
+                     weights included, to a fresh temporary folder, removed afterwards)
 and the three parts of the captured forward on their own, each with its ratio to the plain forward.
 """
 
@@ -62,12 +63,14 @@ def measure(model: str, tokens: int, repeats: int, dtype_name: str) -> tuple[lis
             attention(hidden, position_embeddings=(cos, sin), attention_mask=mask)
 
     forward()  # warm-up: first-call allocations are not the capture's
-    plain = median_seconds(forward, repeats)
     scratch = Path(tempfile.mkdtemp(prefix="mla-debug-capture-bench-"))
-    parts: dict[str, list[float]] = {"enter": [], "hooked forward": [], "exit (write)": [], "whole": []}
+    parts: dict[str, list[float]] = {"plain": [], "enter": [], "hooked forward": [], "exit (write)": [], "whole": []}
     nbytes = 0
     try:
+        # Interleaved, so the plain and the captured forward share whatever else the machine is doing
+        # (the previous capture's file write-back included).
         for i in range(repeats):
+            parts["plain"].append(median_seconds(forward, 1))
             out = scratch / f"capture-{i}"
             start = time.perf_counter()
             cap = md.capture(attention, out, layer=0, cfg=cfg, positions=positions.tolist())
@@ -85,6 +88,7 @@ def measure(model: str, tokens: int, repeats: int, dtype_name: str) -> tuple[lis
             shutil.rmtree(out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    plain = statistics.median(parts["plain"])
     rows = [["forward (baseline)", f"{plain * 1e3:.1f}", "1.00"]]
     for name in ("whole", "enter", "hooked forward", "exit (write)"):
         seconds = statistics.median(parts[name])
