@@ -169,10 +169,11 @@ def test_the_vllm_recipe_refuses_misuse(ckpt, tmp_path):
     vllm_start_capture(worker, str(tmp_path / "a"), LAYER, activations=False)
     with pytest.raises(RuntimeError, match="already open on this worker"):
         vllm_start_capture(worker, str(tmp_path / "b"), LAYER)
-    worker.parallel_config.pipeline_parallel_size = 2
-    worker._mla_debug_capture = None
+    vllm_finish_capture(worker)  # no capture is left open for other tests
+    staged, _ = fake_vllm_worker(ckpt, 0, 1)
+    staged.parallel_config.pipeline_parallel_size = 2
     with pytest.raises(ValueError, match="pipeline_parallel_size=2"):
-        vllm_start_capture(worker, str(tmp_path / "c"), LAYER)
+        vllm_start_capture(staged, str(tmp_path / "c"), LAYER)
 
 
 # -- SGLang: its own hook manager, from the wheel, drives the recipe ---------------------------
