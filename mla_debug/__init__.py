@@ -6,8 +6,12 @@ The package root holds the names most work needs - entry points, result types an
 are made of. Everything else lives in its layer's package: ``md.layouts.unshuffle_weight``,
 ``md.kernels.TunedTable``, ``md.numerics.error_metrics``, ``md.scenarios.scenario_names``, ... (a name
 that moved from here says where it went). The layers import only those below them:
-numerics <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel <- analysis,
+numerics <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel <- capture <- analysis,
 profiling <- viz <- cli. Plotting imports lazily, so ``import mla_debug`` works on a bare GPU box.
+
+`md.capture` is the capture package itself, callable: ``with md.capture(model, out, layer=3): model(ids)``
+records one layer of a running model; ``md.load_capture(out)`` reads it back (``md.capture.Capture``,
+``md.capture.user_map``, ... are its other names).
 
 `write_html` comes from `viz` (the HTML report is drawn from a TriageReport, so analysis never imports
 viz): ``md.write_html(result, "triage.html")`` or ``md.write_html(md.load_triage(path), ...)``.
@@ -16,9 +20,22 @@ viz): ``md.write_html(result, "triage.html")`` or ``md.write_html(md.load_triage
 from __future__ import annotations
 
 # The layer packages are attributes of the root (md.kernels.TunedTable): the second tier of the API.
-from . import analysis, kernels, layouts, model, normquant, numerics, parallel, profiling, scenarios, viz  # noqa: F401
+from . import (  # noqa: F401
+    analysis,
+    capture,
+    kernels,
+    layouts,
+    model,
+    normquant,
+    numerics,
+    parallel,
+    profiling,
+    scenarios,
+    viz,
+)
 from ._version import __version__
 from .analysis import RunDiff, TriageReport, TriageResult, Workbench, bisect, compare, load_triage, triage
+from .capture import Capture, load_capture
 from .kernels import Kernel, KernelPolicy, Platform, get_kernel, platform
 from .layouts import (
     ContractViolation,
@@ -49,6 +66,8 @@ __all__ = [
     "compare_traces",
     "load_triage",
     "write_html",
+    "capture",
+    "load_capture",
     # results
     "LayerRun",
     "StepRecord",
@@ -56,6 +75,7 @@ __all__ = [
     "TriageResult",
     "TriageReport",
     "Trace",
+    "Capture",
     # what runs are made of
     "MLAConfig",
     "Checkpoint",

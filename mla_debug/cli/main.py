@@ -13,6 +13,7 @@ Subcommands:
   profile      profile one layer run: per-step time, ops and kernels, and the trace folder
   traces       `traces compare A B`: per-step and per-kernel time of two traces, kernels added or removed
   tensorboard  browse trace folders in TensorBoard on 127.0.0.1 (needs the `profile` extra)
+  capture      `capture show DIR`: what a layer capture taken from a running model holds
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import argparse
 import sys
 
 from .._version import version
-from . import checkpoint, demo, kernel_demo, kernels, layouts, profile, report, scenarios, triage
+from . import capture, checkpoint, demo, kernel_demo, kernels, layouts, profile, report, scenarios, triage
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mla-debug {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, scenarios, report, profile):
+    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, scenarios, report, profile, capture):
         command.add_parser(sub)
     return parser
 

@@ -1,0 +1,240 @@
+"""What a capture is made of: typed data, no behaviour beyond reading it.
+
+A capture records one attention layer of a running model, per tensor-parallel rank, under the canonical
+(Hugging Face short) names the rest of mla_debug uses: weights (``q_b_proj.weight``,
+``q_b_proj.weight_scale_inv``, ...), weights an engine derives and keeps (``W_UK``, ``W_UV``), and the
+inputs, outputs and activation scales of each step (``q_b_proj.input``, ``q_b_proj.output``,
+``q_b_proj.input_scale``, ``layer.input``, ``layer.output``, ``positions``). Every tensor is kept exactly
+as the engine stored it - dtype, shape, strides, storage offset - because the bugs this tool hunts live
+in exactly those (a scale whose strides lie, a weight shuffled in place).
+
+How a rank's tensor becomes the TP-independent one is data too (`Shard`): the capture decides it from
+the module-name map when it records, so loading needs no knowledge of the engine.
+
+Canonical names, in full:
+- weights ``<module>.weight`` and, where the engine keeps them, ``<module>.weight_scale_inv`` (block
+  scale), ``<module>.weight_scale`` (per-tensor or per-channel) and ``<module>.input_scale`` (a static
+  activation scale), for the modules q_a_proj, kv_a_proj_with_mqa, fused_qkv_a_proj (engines that fuse the
+  two: q_a rows then kv_a rows), q_a_layernorm, kv_a_layernorm, q_b_proj, kv_b_proj, o_proj;
+- derived ``W_UK`` and ``W_UV`` in the engine's own shape and layout (attrs ``engine_attr`` names the
+  engine's attribute, ``axes`` its dims where the map knows them), their scales ``W_UK.scale``,
+  ``W_UV.scale``, or ``W_scale`` when both share one;
+- op tensors ``<op>.input``, ``<op>.output``, ``<op>.input_scale`` where op is the module's step name
+  (``fused_qkv_a`` for the fused linear, ``attention`` for the attention op proper) or, for an engine
+  that does not fuse q_a and kv_a, ``q_a_proj`` and ``kv_a_proj_with_mqa`` (both of step fused_qkv_a);
+  ``layer.input`` and ``layer.output`` (the attention module's own input and output) and ``positions``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..model import MLAConfig
+
+if TYPE_CHECKING:
+    from ..model import Checkpoint
+
+# Version of the folder format (manifest.json + tensors.safetensors per rank); a loader refuses others.
+FORMAT_VERSION = 1
+
+AttrValue = str | int | float | bool
+
+
+class TensorRole(str, Enum):
+    """What a captured tensor is to the layer."""
+
+    WEIGHT = "weight"  # a linear's or norm's weight, or a linear's block scale (see WEIGHT_SCALE)
+    WEIGHT_SCALE = "weight_scale"  # a linear's block scale (weight_scale_inv), as stored
+    DERIVED_WEIGHT = "derived_weight"  # W_UK, W_UV: matrices an engine derives from a weight and keeps
+    INPUT = "input"  # what a step was given
+    OUTPUT = "output"  # what a step returned
+    INPUT_SCALE = "input_scale"  # an activation scale as the op produced or consumed it
+
+
+class Shard(str, Enum):
+    """How one rank's tensor relates to the TP-independent tensor (`Capture.gathered`).
+
+    REPLICATED: every rank holds the whole tensor, and the ranks must agree. SPLIT: each rank holds a
+    slice along `CapturedTensor.shard_dim`, in rank order (column-parallel weights and their outputs on
+    dim 0 / the feature dim, row-parallel weights on dim 1, per-head tensors on their head dim).
+    PARTIAL_SUM: each rank holds a partial sum (a row-parallel linear's output before its all-reduce);
+    the whole is their sum in rank order. PER_RANK: each rank's own value with no TP-independent form (a
+    per-tensor scale each rank computed for its own heads, a tensor under a name the sharding rules do not
+    know); read it per rank.
+    """
+
+    REPLICATED = "replicated"
+    SPLIT = "split"
+    PARTIAL_SUM = "partial_sum"
+    PER_RANK = "per_rank"
+
+
+@dataclass(frozen=True)
+class CapturedTensor:
+    """One tensor of one rank, exactly as the engine held it.
+
+    `name` is the canonical name; `step` the mla_debug step it belongs to (names of `mla_debug.model`'s
+    programs: fused_qkv_a, q_a_layernorm, kv_a_layernorm, q_b_proj, rope, kv_b_proj, absorb_uk,
+    attention, absorb_uv, o_proj; None for a weight not tied to one step); `tensor` has the dtype,
+    shape, strides and storage offset the engine's tensor had (its storage holds only the bytes the view
+    spans); `source_name` is where it was found in the captured module tree
+    (``model.layers.3.self_attn.q_b_proj.weight``); `attrs` the attributes the engine hung on it
+    (is_shuffled, aiter_bpreshuffled, is_bmm, keep_plain_weight_layout, kernel, ...).
+    """
+
+    name: str
+    role: TensorRole
+    tensor: torch.Tensor
+    step: str | None = None
+    source_name: str = ""
+    attrs: dict[str, AttrValue] = field(default_factory=dict)
+    shard: Shard = Shard.REPLICATED
+    shard_dim: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tensor, torch.Tensor):
+            raise TypeError(f"captured tensor {self.name!r}: expected a torch.Tensor, got {type(self.tensor).__name__}")
+        if not isinstance(self.role, TensorRole):
+            object.__setattr__(self, "role", TensorRole(self.role))
+        if not isinstance(self.shard, Shard):
+            object.__setattr__(self, "shard", Shard(self.shard))
+        if self.shard is Shard.SPLIT:
+            if self.shard_dim is None or not -self.tensor.dim() <= self.shard_dim < self.tensor.dim():
+                raise ValueError(
+                    f"captured tensor {self.name!r} of shape {tuple(self.tensor.shape)}: a SPLIT tensor needs a "
+                    f"shard_dim within its {self.tensor.dim()} dims, got {self.shard_dim}"
+                )
+        for key, value in self.attrs.items():
+            if not isinstance(value, (str, int, float, bool)):
+                raise TypeError(
+                    f"captured tensor {self.name!r}: attribute {key!r} must be str/int/float/bool, "
+                    f"got {type(value).__name__}"
+                )
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """The engine that ran the captured model: "transformers", "vllm", "sglang", or a user's name."""
+
+    name: str
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class CaptureManifest:
+    """What every rank of one capture shares.
+
+    `tokens` are the rows of the forward's flattened (batch * sequence) activations that were kept, in
+    order; `positions` their rotary positions. `mode` is "prefill" or "decode" when known. `versions`
+    names the libraries that were importable when capturing (torch, transformers, vllm, sglang, aiter,
+    mla_debug), each with its version.
+    """
+
+    engine: EngineInfo
+    cfg: MLAConfig
+    layer: int
+    tp_size: int
+    positions: tuple[int, ...]
+    tokens: tuple[int, ...]
+    model_type: str | None = None
+    mode: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
+        object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
+        if len(self.positions) != len(self.tokens):
+            raise ValueError(
+                f"capture manifest: {len(self.tokens)} kept token rows but {len(self.positions)} positions; "
+                "each kept row needs its position"
+            )
+        if self.tp_size < 1:
+            raise ValueError(f"capture manifest: tp_size must be >= 1, got {self.tp_size}")
+        if self.mode not in (None, "prefill", "decode"):
+            raise ValueError(f"capture manifest: mode must be 'prefill', 'decode' or None, got {self.mode!r}")
+
+
+@dataclass(frozen=True)
+class RankCapture:
+    """The tensors one rank recorded, by canonical name."""
+
+    rank: int
+    tp_size: int
+    tensors: dict[str, CapturedTensor]
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.tp_size:
+            raise ValueError(f"rank capture: rank {self.rank} is outside tp_size {self.tp_size}")
+
+    def __getitem__(self, name: str) -> CapturedTensor:
+        if name not in self.tensors:
+            raise KeyError(f"rank {self.rank} of {self.tp_size} holds no tensor {name!r}; it holds {sorted(self.tensors)}")
+        return self.tensors[name]
+
+
+class RankDisagreement(ValueError):
+    """Ranks that must hold the same tensor (a replicated weight, a replicated activation) do not."""
+
+    def __init__(self, name: str, ranks: tuple[int, int], max_diff: float, detail: str = "") -> None:
+        self.name, self.ranks, self.max_diff = name, ranks, max_diff
+        extra = f" ({detail})" if detail else ""
+        super().__init__(
+            f"{name}: rank {ranks[0]} and rank {ranks[1]} hold different values where they must agree "
+            f"(max |diff| {max_diff:.6g}){extra}"
+        )
+
+
+@dataclass(frozen=True)
+class Capture:
+    """All ranks of one capture at one TP size, as `md.load_capture(path)` returns it.
+
+    `gathered(name)` gives the TP-independent tensor (rules in `capture.gather`), `checkpoint()` the
+    layer's weights as a `Checkpoint` when the capture holds them in their checkpoint layout.
+    """
+
+    manifest: CaptureManifest
+    ranks: list[RankCapture]
+
+    @property
+    def cfg(self) -> MLAConfig:
+        return self.manifest.cfg
+
+    @property
+    def tp_size(self) -> int:
+        return self.manifest.tp_size
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return torch.tensor(self.manifest.positions, dtype=torch.long)
+
+    @property
+    def hidden(self) -> torch.Tensor:
+        """The layer input of the kept tokens, (tokens, H)."""
+        return self.gathered("layer.input")
+
+    def rank(self, r: int) -> RankCapture:
+        for rank in self.ranks:
+            if rank.rank == r:
+                return rank
+        raise KeyError(f"capture at tp_size {self.tp_size} has no rank {r}; it has {[x.rank for x in self.ranks]}")
+
+    def names(self, role: TensorRole | str | None = None) -> list[str]:
+        """Canonical names rank 0 holds (every rank holds the same set), in recording order."""
+        wanted = None if role is None else TensorRole(role)
+        return [n for n, t in self.ranks[0].tensors.items() if wanted is None or t.role is wanted]
+
+    def gathered(self, name: str) -> torch.Tensor:
+        from .gather import gather_tensor
+
+        return gather_tensor(self, name)
+
+    def checkpoint(self) -> Checkpoint:
+        from .gather import capture_checkpoint
+
+        return capture_checkpoint(self)
