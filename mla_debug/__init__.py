@@ -18,7 +18,18 @@ from __future__ import annotations
 # The layer packages are attributes of the root (md.kernels.TunedTable): the second tier of the API.
 from . import analysis, kernels, layouts, model, normquant, numerics, parallel, profiling, scenarios, viz  # noqa: F401
 from ._version import __version__
-from .analysis import RunDiff, TriageReport, TriageResult, Workbench, bisect, compare, load_triage, triage
+from .analysis import (
+    RunDiff,
+    TriageReport,
+    TriageResult,
+    Workbench,
+    bisect,
+    compare,
+    diff_captures,
+    explain_capture,
+    load_triage,
+    triage,
+)
 from .kernels import Kernel, KernelPolicy, Platform, get_kernel, platform
 from .layouts import (
     ContractViolation,
@@ -47,6 +58,8 @@ __all__ = [
     "profile",
     "load_trace",
     "compare_traces",
+    "diff_captures",
+    "explain_capture",
     "load_triage",
     "write_html",
     # results

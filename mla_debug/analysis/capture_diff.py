@@ -408,12 +408,19 @@ def _scale_relation(side: str, rank: int, obs: torch.Tensor, ref: torch.Tensor) 
         return RankLayout(side, rank, ByteRelation.SAME)
     if found:
         return RankLayout(side, rank, ByteRelation.SCALE_ORDER, scale_layouts=found, transposed=transposed)
-    if not transposed and obs.is_contiguous() and ref.is_contiguous() and torch.equal(scale_memory(obs), scale_memory(ref)):
+    if (
+        not transposed
+        and obs.is_contiguous()
+        and ref.is_contiguous()
+        and torch.equal(scale_memory(obs), scale_memory(ref))
+    ):
         return RankLayout(side, rank, ByteRelation.SAME)
     return RankLayout(side, rank, ByteRelation.VALUE)
 
 
-def byte_relation(name: str, role: TensorRole, side: str, rank: int, obs: torch.Tensor, ref: torch.Tensor) -> RankLayout:
+def byte_relation(
+    name: str, role: TensorRole, side: str, rank: int, obs: torch.Tensor, ref: torch.Tensor
+) -> RankLayout:
     """How `obs` (one rank's tensor) relates to `ref` (the base's shard of it)."""
     if role is TensorRole.WEIGHT_SCALE:
         return _scale_relation(side, rank, obs, ref)
@@ -635,7 +642,9 @@ def diff_captures(
     floor_source = None
     if floor is None and ckpt is not None:
         floor = _floor(a, b, ckpt)
-        floor_source = f"reference run vs fp32 truth of {ckpt.source or 'the checkpoint'} at TP {sorted({a.tp_size, b.tp_size})}"
+        floor_source = (
+            f"reference run vs fp32 truth of {ckpt.source or 'the checkpoint'} at TP {sorted({a.tp_size, b.tp_size})}"
+        )
     elif floor is not None:
         floor_source = "given"
     else:

@@ -392,7 +392,9 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
         x = t[f"{step}.input"].tensor
         out = t[f"{step}.output"].tensor
         if weight.element_size() == 1 and wscale is None:
-            return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=(f"{module}.weight_scale_inv",))
+            return StepExplanation(
+                step, Outcome.UNTESTABLE, tolerance=tolerance, missing=(f"{module}.weight_scale_inv",)
+            )
         if x.element_size() == 1 and act is None:
             return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=(f"{step}.input_scale",))
         ops = LinearOperands(
@@ -405,7 +407,9 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
             block=tuple(ckpt.cfg.weight_block),
         )
         producer_out = t.get(f"{producer}.output") if producer else None
-        written = written_act_order(ops, None if producer_out is None else producer_out.tensor.reshape(ops.x.shape[0], -1))
+        written = written_act_order(
+            ops, None if producer_out is None else producer_out.tensor.reshape(ops.x.shape[0], -1)
+        )
         written_all.add(written)
         held = _held(layout, scale_layout, written)
         observed.append(out.reshape(ops.x.shape[0], -1))
@@ -488,13 +492,17 @@ def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplan
         t = rank.tensors
         observed = t[name].tensor
         like = t.get("kv_b_proj.weight")
-        correct = derived_from(_shard(dense_full, like, tp, rank.rank), heads, cfg.qk_nope_head_dim, cfg.v_head_dim, name)
+        correct = derived_from(
+            _shard(dense_full, like, tp, rank.rank), heads, cfg.qk_nope_head_dim, cfg.v_head_dim, name
+        )
         key = ((StoryKind.CORRECT,), None)
         keys[key] = ((StoryKind.CORRECT,), Reading())
         results.setdefault(key, []).append(fitted_rel_err(observed, correct))
         if like is None:
             continue
-        layout = byte_relation("kv_b_proj.weight", TensorRole.WEIGHT, "capture", rank.rank, like.tensor, _shard(full, like, tp, rank.rank))
+        layout = byte_relation(
+            "kv_b_proj.weight", TensorRole.WEIGHT, "capture", rank.rank, like.tensor, _shard(full, like, tp, rank.rank)
+        )
         held_all.append(layout)
         held = _held(layout, None, None)
         wscale = t.get("kv_b_proj.weight_scale_inv")

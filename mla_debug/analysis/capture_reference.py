@@ -96,22 +96,35 @@ def _rank_steps(run, cfg, rank: int, hidden: torch.Tensor) -> dict[str, Captured
         fused = records["fused_qkv_a"].output
         for op, rows in (("q_a_proj", slice(0, lq)), ("kv_a_proj_with_mqa", slice(lq, None))):
             found[f"{op}.input"] = CapturedTensor(f"{op}.input", TensorRole.INPUT, hidden, step="fused_qkv_a")
-            found[f"{op}.output"] = CapturedTensor(f"{op}.output", TensorRole.OUTPUT, fused[:, rows], step="fused_qkv_a")
+            found[f"{op}.output"] = CapturedTensor(
+                f"{op}.output", TensorRole.OUTPUT, fused[:, rows], step="fused_qkv_a"
+            )
     if "attention" in records:
         # Per-head outputs flattened to (tokens, heads * width), as captures of any engine hold them.
         value = records["attention"].output
         found["attention.output"] = CapturedTensor(
-            "attention.output", TensorRole.OUTPUT, value.reshape(value.shape[0], -1), step="attention",
-            shard=Shard.SPLIT, shard_dim=1,
+            "attention.output",
+            TensorRole.OUTPUT,
+            value.reshape(value.shape[0], -1),
+            step="attention",
+            shard=Shard.SPLIT,
+            shard_dim=1,
         )
     feeds_o_proj = "absorb_uv" if "absorb_uv" in records else "attention"
     if "o_proj" in records and feeds_o_proj in records:
         value = records[feeds_o_proj].output
         found["o_proj.input"] = CapturedTensor(
-            "o_proj.input", TensorRole.INPUT, value.reshape(value.shape[0], -1), step="o_proj", shard=Shard.SPLIT, shard_dim=1
+            "o_proj.input",
+            TensorRole.INPUT,
+            value.reshape(value.shape[0], -1),
+            step="o_proj",
+            shard=Shard.SPLIT,
+            shard_dim=1,
         )
     if "all_reduce" in records:
-        found["layer.output"] = CapturedTensor("layer.output", TensorRole.OUTPUT, records["all_reduce"].output, step="o_proj")
+        found["layer.output"] = CapturedTensor(
+            "layer.output", TensorRole.OUTPUT, records["all_reduce"].output, step="o_proj"
+        )
     return found
 
 
@@ -167,7 +180,9 @@ def capture_floor(capture: Capture, ckpt: Checkpoint) -> dict[str, float]:
     """The FP8 noise floor per step (`analysis.noise.step_floor`) on the capture's inputs: the reference
     run at the capture's TP size against the fp32 truth of the checkpoint's dequantized weights."""
     hidden, positions, mode = capture.hidden, capture.positions, _mode(capture)
-    reference = run_layer(ckpt.cfg, ckpt, hidden, positions, tp_size=capture.tp_size, mode=mode, dtype=_activation_dtype(capture))
+    reference = run_layer(
+        ckpt.cfg, ckpt, hidden, positions, tp_size=capture.tp_size, mode=mode, dtype=_activation_dtype(capture)
+    )
     dense = dense_twin(ckpt)
     truth = run_layer(dense.cfg, dense, hidden, positions, tp_size=1, mode=mode, dtype=torch.float32)
     return step_floor(reference, truth)

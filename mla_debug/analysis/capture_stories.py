@@ -113,7 +113,9 @@ def reading_kinds(reading: Reading, held: Held) -> tuple[StoryKind, ...]:
     written = held.act_scale_written
     if reading.act_scale is not None and written is not None and reading.act_scale != written:
         kinds.append(
-            StoryKind.ACT_SCALE_ROW_READ_AS_COL if written is ScaleLayout.ROW_MAJOR else StoryKind.ACT_SCALE_COL_READ_AS_ROW
+            StoryKind.ACT_SCALE_ROW_READ_AS_COL
+            if written is ScaleLayout.ROW_MAJOR
+            else StoryKind.ACT_SCALE_COL_READ_AS_ROW
         )
     return tuple(kinds)
 
@@ -227,13 +229,18 @@ def linear_readings(ops: LinearOperands, held: Held) -> list[Reading]:
         scale_orders = (None,)
         if ops.quantized and ops.weight_scale is not None and held.weight_scale is not None:
             nb, kb = ops.weight_scale.shape
-            scale_orders = (ScaleLayout.ROW_MAJOR, ScaleLayout.COL_MAJOR) if nb > 1 and kb > 1 else (ScaleLayout.ROW_MAJOR,)
+            scale_orders = (
+                (ScaleLayout.ROW_MAJOR, ScaleLayout.COL_MAJOR) if nb > 1 and kb > 1 else (ScaleLayout.ROW_MAJOR,)
+            )
         weight_reads += list(itertools.product(unshuffles, scale_orders))
     act_orders = act_scale_orders(ops) if ops.quantized else ()
     readings = []
     for (r, ws), act in itertools.product(weight_reads, act_orders or (None,)):
         reading = Reading(r, ws, act)
-        weight_wrong = any(k is not StoryKind.ACT_SCALE_ROW_READ_AS_COL and k is not StoryKind.ACT_SCALE_COL_READ_AS_ROW for k in reading_kinds(reading, held))
+        weight_wrong = any(
+            k is not StoryKind.ACT_SCALE_ROW_READ_AS_COL and k is not StoryKind.ACT_SCALE_COL_READ_AS_ROW
+            for k in reading_kinds(reading, held)
+        )
         if r is not None and not weight_wrong:
             continue
         readings.append(reading)

@@ -94,10 +94,12 @@ def loaded_weights(seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> dict[s
 def block_quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """An FP8 checkpoint's 128x128 block quant (e4m3fn, amax / 448), as DeepSeek's conversion writes it."""
     n, k = w.shape
-    blocks = w.float().view(n // 128, 128, k // 128, 128)
+    rows = -(-n // 128) * 128  # a last partial block of rows (kv_a_proj_with_mqa's 192) has its own scale
+    padded = torch.nn.functional.pad(w.float(), (0, 0, 0, rows - n))
+    blocks = padded.view(rows // 128, 128, k // 128, 128)
     scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / 448.0
-    q = (blocks / scale[:, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn).view(n, k)
-    return q, scale
+    q = (blocks / scale[:, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn).view(rows, k)[:n]
+    return q.contiguous(), scale
 
 
 def fp8_checkpoint(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -134,8 +136,9 @@ class Fp8Linear(nn.Module):
         memory = scale.contiguous().view(-1)
         read = memory.view(m, g) if self.reads == "row" else memory.view(g, m).t()
         x_deq = (q.float().view(m, g, 128) * read.unsqueeze(-1)).view(m, -1)
-        w = self.weight.float().view(self.weight.shape[0] // 128, 128, -1, 128)
-        w = (w * self.weight_scale_inv[:, None, :, None]).view(self.weight.shape)
+        n = self.weight.shape[0]
+        per_element = self.weight_scale_inv.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+        w = self.weight.float() * per_element
         return (x_deq @ w.t()).to(x.dtype).view(*shape[:-1], -1)
 
 
@@ -149,10 +152,14 @@ class PreshuffledLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, k = self.weight.shape
-        # Distinct 2-byte patterns for the positions of a bf16 (N, K) tensor (N*K < 65536 here).
-        assert n * k < 65536, "the test reader labels positions with 16-bit patterns"
-        labels = torch.arange(n * k, dtype=torch.int64).to(torch.int16).view(torch.bfloat16).view(n, k)
-        where = aiter_shuffle()(labels).view(torch.int16).reshape(-1).long() & 0xFFFF
+        # Label every position with its index, 16 bits at a time in bf16 elements (so the shuffle sees
+        # the weight's own element size), and read where aiter's shuffle moved each label.
+        index = torch.arange(n * k, dtype=torch.int64)
+        where = torch.zeros(n * k, dtype=torch.int64)
+        for shift in (0, 16):
+            labels = ((index >> shift) & 0xFFFF).to(torch.int32).to(torch.int16).view(torch.bfloat16).view(n, k)
+            moved = aiter_shuffle()(labels).contiguous().view(torch.int16).reshape(-1).to(torch.int64) & 0xFFFF
+            where |= moved << shift
         plain = torch.empty_like(self.weight.reshape(-1))
         plain[where] = self.weight.reshape(-1)
         return nn.functional.linear(x, plain.view(n, k).to(x.dtype))
@@ -208,19 +215,33 @@ def run_rank(attention: nn.Module, hidden: torch.Tensor, positions: torch.Tensor
             x, y = args[0].reshape(-1, args[0].shape[-1]), output.reshape(-1, output.shape[-1])
             split_out = name in COLUMN and tp > 1
             tensors[f"{name}.input"] = CapturedTensor(
-                f"{name}.input", TensorRole.INPUT, x.detach().clone(), STEPS[name],
-                shard=Shard.SPLIT if name in ROW and tp > 1 else Shard.REPLICATED, shard_dim=1 if name in ROW and tp > 1 else None,
+                f"{name}.input",
+                TensorRole.INPUT,
+                x.detach().clone(),
+                STEPS[name],
+                shard=Shard.SPLIT if name in ROW and tp > 1 else Shard.REPLICATED,
+                shard_dim=1 if name in ROW and tp > 1 else None,
             )
-            out_shard = Shard.SPLIT if split_out else (Shard.PARTIAL_SUM if name in ROW and tp > 1 else Shard.REPLICATED)
+            out_shard = (
+                Shard.SPLIT if split_out else (Shard.PARTIAL_SUM if name in ROW and tp > 1 else Shard.REPLICATED)
+            )
             tensors[f"{name}.output"] = CapturedTensor(
-                f"{name}.output", TensorRole.OUTPUT, y.detach().clone(), STEPS[name], shard=out_shard,
+                f"{name}.output",
+                TensorRole.OUTPUT,
+                y.detach().clone(),
+                STEPS[name],
+                shard=out_shard,
                 shard_dim=1 if split_out else None,
             )
             scale = getattr(module, "last_input_scale", None)
             if scale is not None:
                 tensors[f"{name}.input_scale"] = CapturedTensor(
-                    f"{name}.input_scale", TensorRole.INPUT_SCALE, scale.detach().clone(), STEPS[name],
-                    shard=tensors[f"{name}.input"].shard, shard_dim=tensors[f"{name}.input"].shard_dim,
+                    f"{name}.input_scale",
+                    TensorRole.INPUT_SCALE,
+                    scale.detach().clone(),
+                    STEPS[name],
+                    shard=tensors[f"{name}.input"].shard,
+                    shard_dim=tensors[f"{name}.input"].shard_dim,
                 )
 
         return hook
@@ -246,12 +267,19 @@ def run_rank(attention: nn.Module, hidden: torch.Tensor, positions: torch.Tensor
                 continue
             shard, dim = _shard_of(name, attr) if tp > 1 else (Shard.REPLICATED, None)
             full = f"{name}.{attr}"
-            tensors[full] = CapturedTensor(full, role, value.detach().clone(), None, f"self_attn.{full}", shard=shard, shard_dim=dim)
+            tensors[full] = CapturedTensor(
+                full, role, value.detach().clone(), None, f"self_attn.{full}", shard=shard, shard_dim=dim
+            )
     w_uk = getattr(attention, "W_UK", None)
     if w_uk is not None:
         tensors["W_UK"] = CapturedTensor(
-            "W_UK", TensorRole.DERIVED_WEIGHT, w_uk, "absorb_uk", "self_attn.W_UK",
-            shard=Shard.SPLIT if tp > 1 else Shard.REPLICATED, shard_dim=0 if tp > 1 else None,
+            "W_UK",
+            TensorRole.DERIVED_WEIGHT,
+            w_uk,
+            "absorb_uk",
+            "self_attn.W_UK",
+            shard=Shard.SPLIT if tp > 1 else Shard.REPLICATED,
+            shard_dim=0 if tp > 1 else None,
         )
     tensors["layer.input"] = CapturedTensor("layer.input", TensorRole.INPUT, hidden, "fused_qkv_a")
     return tensors
@@ -279,7 +307,9 @@ def capture_ranks(modules: list[nn.Module], hidden: torch.Tensor, positions: tor
     return Capture(manifest, ranks)
 
 
-def capture(state, tp: int, hidden, positions, plant=None, fp8: dict[str, torch.Tensor] | None = None, reads=None) -> Capture:
+def capture(
+    state, tp: int, hidden, positions, plant=None, fp8: dict[str, torch.Tensor] | None = None, reads=None
+) -> Capture:
     """Capture the engine at `tp`; `plant(module, rank, tp)` edits each loaded rank module (the defect)."""
     modules = []
     for rank in range(tp):
