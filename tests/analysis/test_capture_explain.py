@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import hf_engine  # beside this file: the transformers engine and its planted defects
 import pytest
 import torch
 
@@ -13,8 +14,6 @@ import mla_debug as md
 from mla_debug.analysis.capture_diff import ByteRelation, CaptureDiff, Difference, LayoutBase
 from mla_debug.analysis.capture_explain import CaptureExplanation, Outcome
 from mla_debug.analysis.capture_stories import StoryKind
-
-import hf_engine  # noqa: E402  (beside this file: the transformers engine and its planted defects)
 
 
 @pytest.fixture(scope="module")
