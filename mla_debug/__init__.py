@@ -9,6 +9,10 @@ that moved from here says where it went). The layers import only those below the
 numerics <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel <- capture <- analysis,
 profiling <- viz <- cli. Plotting imports lazily, so ``import mla_debug`` works on a bare GPU box.
 
+`md.capture` is the capture package itself, callable: ``with md.capture(model, out, layer=3): model(ids)``
+records one layer of a running model; ``md.load_capture(out)`` reads it back (``md.capture.Capture``,
+``md.capture.user_map``, ... are its other names).
+
 `write_html` comes from `viz` (the HTML report is drawn from a TriageReport, so analysis never imports
 viz): ``md.write_html(result, "triage.html")`` or ``md.write_html(md.load_triage(path), ...)``.
 """
@@ -16,7 +20,19 @@ viz): ``md.write_html(result, "triage.html")`` or ``md.write_html(md.load_triage
 from __future__ import annotations
 
 # The layer packages are attributes of the root (md.kernels.TunedTable): the second tier of the API.
-from . import analysis, kernels, layouts, model, normquant, numerics, parallel, profiling, scenarios, viz  # noqa: F401
+from . import (  # noqa: F401
+    analysis,
+    capture,
+    kernels,
+    layouts,
+    model,
+    normquant,
+    numerics,
+    parallel,
+    profiling,
+    scenarios,
+    viz,
+)
 from ._version import __version__
 from .analysis import (
     RunDiff,
@@ -30,6 +46,7 @@ from .analysis import (
     load_triage,
     triage,
 )
+from .capture import Capture, load_capture
 from .kernels import Kernel, KernelPolicy, Platform, get_kernel, platform
 from .layouts import (
     ContractViolation,
@@ -62,6 +79,8 @@ __all__ = [
     "explain_capture",
     "load_triage",
     "write_html",
+    "capture",
+    "load_capture",
     # results
     "LayerRun",
     "StepRecord",
@@ -69,6 +88,7 @@ __all__ = [
     "TriageResult",
     "TriageReport",
     "Trace",
+    "Capture",
     # what runs are made of
     "MLAConfig",
     "Checkpoint",

@@ -81,7 +81,12 @@ def gather_tensor(capture: Capture, name: str) -> torch.Tensor:
     parts = per_rank(capture, name)
     _check_consistent(name, parts)
     first = parts[0]
-    if first.shard is Shard.REPLICATED:
+    if first.shard is Shard.PER_RANK and len(parts) > 1:
+        raise ValueError(
+            f"{name}: each rank holds its own value (recorded per rank), with no TP-independent form; "
+            f"read capture.rank(r).tensors[{name!r}] instead"
+        )
+    if first.shard in (Shard.REPLICATED, Shard.PER_RANK):
         check_replicated(name, parts)
         return first.tensor
     tensors = [p.tensor for p in parts]

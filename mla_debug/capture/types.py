@@ -49,12 +49,15 @@ class Shard(str, Enum):
     slice along `CapturedTensor.shard_dim`, in rank order (column-parallel weights and their outputs on
     dim 0 / the feature dim, row-parallel weights on dim 1, per-head tensors on their head dim).
     PARTIAL_SUM: each rank holds a partial sum (a row-parallel linear's output before its all-reduce);
-    the whole is their sum in rank order.
+    the whole is their sum in rank order. PER_RANK: each rank's own value with no TP-independent form (a
+    per-tensor scale each rank computed for its own heads, a tensor under a name the sharding rules do not
+    know); read it per rank.
     """
 
     REPLICATED = "replicated"
     SPLIT = "split"
     PARTIAL_SUM = "partial_sum"
+    PER_RANK = "per_rank"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,161 @@
+"""Module-name maps: where a module tree keeps the canonical modules and tensors of one MLA layer.
+
+A `NameMap` is data read from an engine's released source: which attention class it recognizes, the
+attribute path (relative to that attention module) of each canonical module and of each derived weight,
+how the attention module is called (which argument holds the hidden states and the positions), and
+whether its row-parallel output is already all-reduced when its module returns. The maps for
+transformers, vLLM and SGLang live in `names_transformers`, `names_vllm`, `names_sglang`; a user's own
+tree is described with a plain dict (`user_map`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .canonical import DERIVED, DERIVED_SCALES, MODULES
+
+# Engine attributes copied into a captured tensor's attrs, looked up on the tensor and on its module.
+FLAG_ATTRS = ("is_shuffled", "aiter_bpreshuffled", "is_bmm", "keep_plain_weight_layout", "skip_weight_relayout")
+# Parameters of a linear module that are recorded, and the canonical suffix each gets.
+LINEAR_TENSORS = {
+    "weight": "weight",
+    "weight_scale_inv": "weight_scale_inv",
+    "weight_scale": "weight_scale",
+    "input_scale": "input_scale",
+}
+
+
+@dataclass(frozen=True)
+class ModuleName:
+    """`path` (dotted, relative to the attention module) holds the canonical module `canonical`."""
+
+    path: str
+    canonical: str
+
+    def __post_init__(self) -> None:
+        if self.canonical not in MODULES:
+            raise ValueError(f"name map: {self.path!r} -> unknown canonical module {self.canonical!r}; valid: {sorted(MODULES)}")
+
+
+@dataclass(frozen=True)
+class DerivedName:
+    """`path` (dotted, relative to the attention module) holds the derived tensor `canonical` (W_UK,
+    W_UV or one of their scales); `axes` names its dims as the engine keeps it (e.g.
+    "heads,nope,latent"), `head_dim` is the dim that holds the heads."""
+
+    path: str
+    canonical: str
+    axes: str = ""
+    head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.canonical not in DERIVED + DERIVED_SCALES:
+            raise ValueError(
+                f"name map: {self.path!r} -> unknown derived tensor {self.canonical!r}; valid: {list(DERIVED + DERIVED_SCALES)}"
+            )
+
+
+@dataclass(frozen=True)
+class Argument:
+    """A forward argument, by keyword or by position."""
+
+    keyword: str
+    position: int | None = None
+
+
+@dataclass(frozen=True)
+class NameMap:
+    """Where one engine's module tree keeps one MLA layer, with the source it was read from."""
+
+    key: str
+    engine: str
+    version: str | None
+    source: str  # "<package> <version>, <file>, <class>": where the facts were read
+    attention_classes: tuple[str, ...]
+    attention_attr: str  # the decoder layer's attribute holding the attention module ("self_attn")
+    modules: tuple[ModuleName, ...]
+    derived: tuple[DerivedName, ...] = ()
+    hidden_arg: Argument = Argument("hidden_states", 0)
+    positions_arg: Argument | None = None
+    row_output_reduced: bool = True
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def user_map(mapping: dict[str, str], *, engine: str = "user", hidden_arg: Argument | None = None,
+             positions_arg: Argument | None = None, row_output_reduced: bool = True) -> NameMap:
+    """A map for any module tree: {path relative to the attention module: canonical name}.
+
+    A value is a canonical module (``"q_b_proj"``, ``"fused_qkv_a_proj"``, ``"attention"``, ...) or a
+    derived tensor (``"W_UK"``, ``"W_UV"``, ``"W_UK.scale"``, ...; its heads on dim 0). The attention
+    module itself is the one `capture(layer=...)` finds at ``layers.<layer>.self_attn`` unless
+    `attention_attr` differs (pass ``{"@attention": "attn"}`` to name another attribute).
+
+    >>> user_map({"q_up": "q_b_proj", "kv_up": "kv_b_proj", "out": "o_proj", "wk": "W_UK"})
+    """
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        raise TypeError(f"user_map: expected a dict of str -> str, got {mapping!r}")
+    attention_attr = mapping.get("@attention", "self_attn")
+    modules, derived = [], []
+    for path, canonical in mapping.items():
+        if path == "@attention":
+            continue
+        if canonical in MODULES:
+            modules.append(ModuleName(path, canonical))
+        elif canonical in DERIVED + DERIVED_SCALES:
+            derived.append(DerivedName(path, canonical))
+        else:
+            raise ValueError(
+                f"user_map: {path!r} -> {canonical!r} is neither a canonical module {sorted(MODULES)} "
+                f"nor a derived tensor {list(DERIVED + DERIVED_SCALES)}"
+            )
+    return NameMap(
+        key="user",
+        engine=engine,
+        version=None,
+        source="user-supplied map",
+        attention_classes=(),
+        attention_attr=attention_attr,
+        modules=tuple(modules),
+        derived=tuple(derived),
+        hidden_arg=hidden_arg or Argument("hidden_states", 0),
+        positions_arg=positions_arg,
+        row_output_reduced=row_output_reduced,
+    )
+
+
+def builtin_maps() -> dict[str, NameMap]:
+    from .names_sglang import SGLANG_0_5_23
+    from .names_transformers import TRANSFORMERS_DEEPSEEK_V3, TRANSFORMERS_DEEPSEEK_V32
+    from .names_vllm import VLLM_0_33
+
+    return {m.key: m for m in (TRANSFORMERS_DEEPSEEK_V3, TRANSFORMERS_DEEPSEEK_V32, VLLM_0_33, SGLANG_0_5_23)}
+
+
+def map_for_class(class_name: str) -> NameMap:
+    """The built-in map that recognizes an attention module of class `class_name`."""
+    for name_map in builtin_maps().values():
+        if class_name in name_map.attention_classes:
+            return name_map
+    known = {m.key: m.attention_classes for m in builtin_maps().values()}
+    raise ValueError(
+        f"no built-in name map knows attention class {class_name!r} (known: {known}); pass names=<one of "
+        f"{sorted(known)}> or a dict (see mla_debug.capture.user_map)"
+    )
+
+
+def resolve_map(names: NameMap | dict | str | None, attention_class: str | None = None) -> NameMap:
+    """`names` as a NameMap: a map, a built-in map's key, a user dict, or None (pick by class)."""
+    if isinstance(names, NameMap):
+        return names
+    if isinstance(names, dict):
+        return user_map(names)
+    if isinstance(names, str):
+        maps = builtin_maps()
+        if names not in maps:
+            raise ValueError(f"unknown name map {names!r}; built-in: {sorted(maps)}")
+        return maps[names]
+    if names is None:
+        if attention_class is None:
+            raise ValueError("a name map is needed: pass names=<key, dict or NameMap>")
+        return map_for_class(attention_class)
+    raise TypeError(f"names must be a NameMap, a dict, a built-in map's key or None, got {type(names).__name__}")

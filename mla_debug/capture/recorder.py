@@ -1,0 +1,530 @@
+"""`md.capture(model, out, layer=...)`: record one MLA layer of any PyTorch module tree, on this rank.
+
+On entering, the capture finds the layer's attention module (``...layers.<layer>.<attention_attr>``),
+picks the name map that knows its class (or the one given), copies every mapped weight and derived
+weight exactly as stored (after the engine's loading: shuffles, transposes and flags included), and
+hooks the attention module and its mapped submodules. Inside the block the model runs as usual; the
+hooks copy the inputs and outputs of the `call`-th call of that attention module (0: the first), keeping
+only the chosen token rows, and `record(name, tensor)` adds what hooks cannot see (an activation scale
+an engine computes inside a fused op). On leaving without an error, the rank's folder is written under
+`out` (never over an existing one) and `path` names it.
+
+    with md.capture(model, "captures/tp1", layer=3, tokens=range(8)) as cap:
+        model(input_ids)
+    cap.path   # captures/tp1/rank0-of-1
+
+Activations are stored as (rows, features): the rows of the op's flattened leading dims (batch x
+sequence) that `tokens` selects, the features of the rank's shard; the op's own shape and strides go
+into the tensor's attrs. Weights, derived weights and activation scales are kept whole, byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..model import MLAConfig
+from . import canonical as canon
+from .names import LINEAR_TENSORS, NameMap, resolve_map
+from .names import builtin_maps as _builtin_maps
+from .store import rank_folder_name, write_rank
+from .tensor_bytes import layout_of, rebuild, spanned_bytes
+from .tensor_facts import flags, installed_versions, local_tensor, module_facts
+from .types import AttrValue, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
+
+# Activation scales are one value per group of this many features (SEMANTICS 2).
+GROUP_SIZE = 128
+_ACTIVE: list[LayerCapture] = []
+
+
+def exact_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy with the same dtype, shape, strides, storage offset and spanned bytes."""
+    return rebuild(spanned_bytes(tensor), layout_of(tensor), "capture")
+
+
+def _first_tensor(value: Any) -> Any:
+    """Modules return tensors, or tuples whose first item is the output (vLLM's (output, bias))."""
+    if isinstance(value, (tuple, list)) and value:
+        return value[0]
+    return value
+
+
+def _find_attention(model: torch.nn.Module, layer: int, names: NameMap | dict | str | None):
+    """(path, module, map) of layer `layer`'s attention in `model`."""
+    if names is None:
+        classes = {c for m in _builtin_maps().values() for c in m.attention_classes}
+        if type(model).__name__ in classes:
+            return "", model, resolve_map(None, type(model).__name__)
+        pattern = re.compile(rf"(?:^|.*\.)layers\.{layer}\.[^.]+$")
+        found = [(p, m) for p, m in model.named_modules() if pattern.match(p) and type(m).__name__ in classes]
+        if not found:
+            raise ValueError(
+                f"capture: no module at '...layers.{layer}.<attention>' of a known attention class {sorted(classes)} "
+                f"in {type(model).__name__}; pass names=<map key or dict> (see mla_debug.capture.user_map)"
+            )
+        path, module = min(found, key=lambda item: len(item[0]))
+        return path, module, resolve_map(None, type(module).__name__)
+    name_map = resolve_map(names)
+    pattern = re.compile(rf"(?:^|.*\.)layers\.{layer}\.{re.escape(name_map.attention_attr)}$")
+    found = [(p, m) for p, m in model.named_modules() if pattern.match(p)]
+    if not found:
+        if not name_map.attention_classes or type(model).__name__ in name_map.attention_classes:
+            if any(_resolve(model, entry.path) is not None for entry in name_map.modules):
+                return "", model, name_map
+        raise ValueError(
+            f"capture: {type(model).__name__} has no module '...layers.{layer}.{name_map.attention_attr}' "
+            f"(name map {name_map.key!r})"
+        )
+    path, module = min(found, key=lambda item: len(item[0]))
+    return path, module, name_map
+
+
+def _resolve(root: Any, dotted: str) -> Any:
+    value = root
+    for part in dotted.split("."):
+        try:
+            value = getattr(value, part, None)
+        except Exception:  # noqa: BLE001 - a failing engine property means the attribute is not there
+            return None
+        if value is None:
+            return None
+    return value
+
+
+def _hf_config(model: torch.nn.Module, attention: torch.nn.Module) -> Any:
+    """The Hugging Face config object the model (or its attention module) carries, or None."""
+    for holder in (model, attention):
+        config = getattr(holder, "config", None)
+        if config is not None and hasattr(config, "to_dict"):
+            return config.get_text_config() if hasattr(config, "get_text_config") else config
+    return None
+
+
+def _rank_and_size(rank: int | None, tp_size: int | None) -> tuple[int, int]:
+    if rank is not None and tp_size is not None:
+        return int(rank), int(tp_size)
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return (int(rank) if rank is not None else dist.get_rank(),
+                int(tp_size) if tp_size is not None else dist.get_world_size())
+    return (int(rank) if rank is not None else 0, int(tp_size) if tp_size is not None else 1)
+
+
+def _role_of(name: str) -> TensorRole | None:
+    if name in canon.DERIVED or name in canon.DERIVED_SCALES:
+        return TensorRole.DERIVED_WEIGHT
+    for suffix, role in (
+        (".input_scale", TensorRole.INPUT_SCALE),
+        (".input", TensorRole.INPUT),
+        (".output", TensorRole.OUTPUT),
+        (".weight", TensorRole.WEIGHT),
+        (".weight_scale_inv", TensorRole.WEIGHT_SCALE),
+        (".weight_scale", TensorRole.WEIGHT_SCALE),
+    ):
+        if name.endswith(suffix):
+            return role
+    return None
+
+
+# op prefix (q_b_proj, fused_qkv_a, attention, ...) -> canonical module
+_OPS = {module.op: module for module in canon.MODULES.values()}
+
+
+class LayerCapture:
+    """The context manager `md.capture(...)` returns; see the module docstring."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        out: str | os.PathLike,
+        *,
+        layer: int,
+        names: NameMap | dict | str | None = None,
+        cfg: MLAConfig | None = None,
+        tokens: Iterable[int] | None = None,
+        positions: Iterable[int] | None = None,
+        rank: int | None = None,
+        tp_size: int | None = None,
+        call: int = 0,
+        weights: bool = True,
+        activations: bool = True,
+        engine: EngineInfo | str | None = None,
+        mode: str | None = None,
+        note: str = "",
+        row_output_reduced: bool | None = None,
+        close_after: bool = False,
+    ) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"capture: model must be a torch.nn.Module, got {type(model).__name__}")
+        if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+            raise ValueError(f"capture: layer must be a non-negative int, got {layer!r}")
+        if call < 0:
+            raise ValueError(f"capture: call must be >= 0, got {call}")
+        self.model, self.out, self.layer, self.call = model, Path(out).expanduser(), layer, call
+        self.rank, self.tp_size = _rank_and_size(rank, tp_size)
+        if not 0 <= self.rank < self.tp_size:
+            raise ValueError(f"capture: rank {self.rank} is outside tp_size {self.tp_size}")
+        self.folder = self.out / rank_folder_name(self.rank, self.tp_size)
+        if self.folder.exists():
+            raise FileExistsError(f"capture: {self.folder} already exists; refusing to overwrite it (choose a new out)")
+        self.attention_path, self.attention, self.name_map = _find_attention(model, layer, names)
+        hf_config = _hf_config(model, self.attention)
+        self.model_type = getattr(hf_config, "model_type", None)
+        if cfg is None:
+            if hf_config is None:
+                raise ValueError(
+                    f"capture: cannot find the model's config on {type(model).__name__} or its attention module; pass cfg="
+                )
+            cfg = MLAConfig.from_hf(hf_config.to_dict(), name=self.model_type)
+        self.cfg = cfg
+        if not isinstance(self.cfg, MLAConfig):
+            raise TypeError(f"capture: cfg must be an MLAConfig, got {type(self.cfg).__name__}")
+        if self.cfg.arch != "v3":
+            raise ValueError(f"capture: {self.cfg.name} is a {self.cfg.arch} layer; the capture maps know V3-style MLA only")
+        self.tokens = None if tokens is None else [int(t) for t in tokens]
+        if self.tokens is not None and (not self.tokens or min(self.tokens) < 0 or len(set(self.tokens)) != len(self.tokens)):
+            raise ValueError(f"capture: tokens must be distinct non-negative row indices, got {self.tokens}")
+        self.given_positions = None if positions is None else [int(p) for p in positions]
+        self.weights, self.activations = weights, activations
+        self.engine = engine
+        self.mode, self.note = mode, note
+        # Engines whose hooks cannot bracket the forward (SGLang's) let the capture close itself.
+        self.close_after = close_after
+        self.reduced = self.name_map.row_output_reduced if row_output_reduced is None else row_output_reduced
+        self.tensors: dict[str, CapturedTensor] = {}
+        self.path: Path | None = None
+        self._handles: list[Any] = []
+        self._calls = 0
+        self._inside = False
+        self._rows: int | None = None
+        self._positions: list[int] | None = None
+        self._open = False
+
+    # -- entering: weights now, hooks for the forward ---------------------------------------------
+    def __enter__(self) -> LayerCapture:
+        if self.weights:
+            self._record_weights()
+            self._record_derived()
+        if self.activations:
+            self._install_hooks()
+        self._open = True
+        _ACTIVE.append(self)
+        return self
+
+    def _source(self, path: str) -> str:
+        return f"{self.attention_path}.{path}" if self.attention_path else path
+
+    def _modules(self):
+        found = []
+        for entry in self.name_map.modules:
+            module = _resolve(self.attention, entry.path)
+            if isinstance(module, torch.nn.Module):
+                found.append((entry, module))
+        if not found:
+            raise ValueError(
+                f"capture: name map {self.name_map.key!r} found none of its modules "
+                f"{[e.path for e in self.name_map.modules]} under {self.attention_path or type(self.attention).__name__}"
+            )
+        return found
+
+    def _record_weights(self) -> None:
+        for entry, module in self._modules():
+            info = canon.MODULES[entry.canonical]
+            if entry.canonical == canon.ATTENTION:
+                continue
+            suffixes = LINEAR_TENSORS if info.is_linear else {"weight": "weight"}
+            for attr, suffix in suffixes.items():
+                value, attrs = local_tensor(_resolve(module, attr))
+                if value is None:
+                    continue
+                name = f"{entry.canonical}.{suffix}"
+                role = _role_of(name)
+                if role is TensorRole.INPUT_SCALE:
+                    shard, dim, step = Shard.REPLICATED if value.numel() == 1 else Shard.PER_RANK, None, info.step
+                elif info.is_linear:
+                    shard, dim = canon.weight_shard(
+                        self.cfg, entry.canonical, name, tuple(value.shape), self.tp_size, role is TensorRole.WEIGHT_SCALE
+                    )
+                    step = info.step
+                else:
+                    shard, dim, step = Shard.REPLICATED, None, info.step
+                attrs.update(flags(_resolve(module, attr), module))
+                attrs.update(module_facts(module))
+                self._keep(name, role, exact_copy(value), step, self._source(f"{entry.path}.{attr}"), attrs, shard, dim)
+
+    def _record_derived(self) -> None:
+        for entry in self.name_map.derived:
+            raw = _resolve(self.attention, entry.path)
+            value, attrs = local_tensor(raw)
+            if value is None or entry.canonical in self.tensors:
+                continue
+            shard, dim = canon.derived_shard(self.cfg, entry.canonical, tuple(value.shape), entry.head_dim, self.tp_size)
+            attrs.update(flags(raw, None))
+            attrs["engine_attr"] = entry.path.rsplit(".", 1)[-1]
+            if entry.axes:
+                attrs["axes"] = entry.axes
+            self._keep(
+                entry.canonical, TensorRole.DERIVED_WEIGHT, exact_copy(value), None, self._source(entry.path), attrs, shard, dim
+            )
+
+    def _install_hooks(self) -> None:
+        self._handles.append(self.attention.register_forward_pre_hook(self._layer_pre_hook, with_kwargs=True))
+        self._handles.append(self.attention.register_forward_hook(self._layer_hook))
+        for entry, module in self._modules():
+            if module is self.attention:
+                continue
+            self._handles.append(module.register_forward_pre_hook(self._op_pre_hook(entry.canonical, entry.path)))
+            self._handles.append(module.register_forward_hook(self._op_hook(entry.canonical, entry.path)))
+
+    # -- hooks -------------------------------------------------------------------------------------
+    @staticmethod
+    def _argument(arg, args: tuple, kwargs: dict) -> Any:
+        if arg is None:
+            return None
+        if arg.keyword in kwargs:
+            return kwargs[arg.keyword]
+        if arg.position is not None and arg.position < len(args):
+            return args[arg.position]
+        return None
+
+    def _layer_pre_hook(self, module, args, kwargs):
+        self._calls += 1
+        self._inside = self._calls - 1 == self.call
+        if not self._inside:
+            return None
+        hidden, _ = local_tensor(self._argument(self.name_map.hidden_arg, args, kwargs))
+        if hidden is None:
+            raise ValueError(
+                f"capture: the call of {self.attention_path or 'the attention module'} has no hidden states "
+                f"(argument {self.name_map.hidden_arg})"
+            )
+        self._record_activation(canon.LAYER_INPUT, "fused_qkv_a_proj", hidden, output=False, source=self.attention_path)
+        positions, _ = local_tensor(self._argument(self.name_map.positions_arg, args, kwargs))
+        if positions is not None:
+            flat = positions.reshape(-1)
+            if flat.numel() != self._rows:
+                raise ValueError(
+                    f"capture: {flat.numel()} positions for {self._rows} token rows of the layer input"
+                )
+            kept = flat[self._selection()].to(torch.long).cpu()
+            self._positions = kept.tolist()
+            self._keep(canon.POSITIONS, TensorRole.INPUT, kept.clone(), "rope", self.attention_path, {}, Shard.REPLICATED, None)
+        return None
+
+    def _layer_hook(self, module, args, output):
+        recorded = self._inside
+        if recorded:
+            value, _ = local_tensor(_first_tensor(output))
+            if value is not None:
+                self._record_activation(canon.LAYER_OUTPUT, "o_proj", value, output=True, source=self.attention_path)
+        self._inside = False
+        if recorded and self.close_after:
+            self.__exit__(None, None, None)
+        return None
+
+    def _op_pre_hook(self, canonical: str, path: str) -> Callable:
+        def hook(module, args):
+            if self._inside and args:
+                value, _ = local_tensor(_first_tensor(args))
+                if value is not None:
+                    op = canon.MODULES[canonical].op
+                    self._record_activation(f"{op}.input", canonical, value, output=False, source=self._source(path))
+
+        return hook
+
+    def _op_hook(self, canonical: str, path: str) -> Callable:
+        def hook(module, args, output):
+            if self._inside:
+                value, _ = local_tensor(_first_tensor(output))
+                if value is not None:
+                    op = canon.MODULES[canonical].op
+                    self._record_activation(f"{op}.output", canonical, value, output=True, source=self._source(path))
+
+        return hook
+
+    # -- keeping tensors ---------------------------------------------------------------------------
+    def _selection(self) -> list[int] | slice:
+        return slice(None) if self.tokens is None else self.tokens
+
+    def _record_activation(self, name: str, module: str, x: torch.Tensor, *, output: bool, source: str) -> None:
+        if name in self.tensors:
+            return  # the first call of a module within the captured layer call is the one kept
+        info = canon.MODULES[module]
+        full = info.widths(self.cfg)[1 if output else 0]
+        if name == canon.LAYER_INPUT:
+            full = self.cfg.hidden_size
+        widths = {full, full // self.tp_size}
+        attrs: dict[str, AttrValue] = {"op_shape": str(tuple(x.shape)), "op_stride": str(tuple(x.stride()))}
+        split = next((k for k in range(1, x.dim() + 1) if math.prod(x.shape[x.dim() - k :]) in widths), None)
+        if split is None:
+            # Not (rows, features) of the expected widths: kept whole and per rank, as evidence.
+            self._keep(name, _role_of(name) or TensorRole.OUTPUT, exact_copy(x), info.step, source, attrs, Shard.PER_RANK, None)
+            return
+        width = math.prod(x.shape[x.dim() - split :])
+        rows = x.reshape(-1, width)
+        if self._rows is None:
+            self._rows = rows.shape[0]
+            if self.tokens is not None and max(self.tokens) >= self._rows:
+                raise ValueError(
+                    f"capture: tokens {[t for t in self.tokens if t >= self._rows]} are out of range: the layer "
+                    f"input has {self._rows} token rows"
+                )
+        elif rows.shape[0] != self._rows:
+            raise ValueError(f"capture: {name} has {rows.shape[0]} rows, the layer input {self._rows}")
+        kept = rows[self._selection()].detach().to("cpu", copy=True).contiguous()
+        reduced = self.reduced if module == "o_proj" else True
+        shard, dim = canon.activation_shard(self.cfg, module, name, width, self.tp_size, output, reduced)
+        if name == canon.LAYER_INPUT:
+            shard, dim = Shard.REPLICATED, None
+        role = TensorRole.OUTPUT if output else TensorRole.INPUT
+        self._keep(name, role, kept, info.step, source, attrs, shard, dim)
+
+    def _keep(self, name, role, tensor, step, source, attrs, shard, dim) -> None:
+        self.tensors[name] = CapturedTensor(
+            name=name, role=role, tensor=tensor, step=step, source_name=source, attrs=attrs, shard=shard, shard_dim=dim
+        )
+
+    def record(
+        self,
+        name: str,
+        tensor: torch.Tensor,
+        *,
+        role: TensorRole | str | None = None,
+        step: str | None = None,
+        shard: Shard | str | None = None,
+        shard_dim: int | None = None,
+        attrs: dict[str, AttrValue] | None = None,
+    ) -> None:
+        """Keep `tensor` under the canonical `name`, byte for byte (dtype, shape, strides, offset): what
+        the hooks cannot see, such as ``q_b_proj.input_scale`` produced inside a fused kernel.
+
+        The role follows from the name's suffix (.input_scale, .input, .output, .weight, W_UK ...)
+        unless given; the shard rule follows from the name and the tensor's size, and is PER_RANK for
+        names the rules do not know, unless given.
+        """
+        if not self._open:
+            raise RuntimeError(f"capture.record({name!r}): the capture is not open (use it inside its with block)")
+        if name in self.tensors:
+            raise ValueError(f"capture.record: {name!r} was already recorded on rank {self.rank}")
+        value, found = local_tensor(tensor)
+        if value is None:
+            raise TypeError(f"capture.record({name!r}): expected a tensor, got {type(tensor).__name__}")
+        kind = TensorRole(role) if role is not None else _role_of(name)
+        if kind is None:
+            raise ValueError(
+                f"capture.record({name!r}): cannot tell its role from the name; pass role= (one of "
+                f"{[r.value for r in TensorRole]})"
+            )
+        op = name.split(".", 1)[0]
+        module = _OPS.get(op)
+        if step is None and module is not None:
+            step = module.step
+        if shard is None:
+            shard, shard_dim = self._infer_shard(name, kind, module, value)
+        found.update(attrs or {})
+        self._keep(name, kind, exact_copy(value), step, name, found, Shard(shard), shard_dim)
+
+    def _infer_shard(self, name, role, module, value) -> tuple[Shard, int | None]:
+        try:
+            if role is TensorRole.DERIVED_WEIGHT:
+                return canon.derived_shard(self.cfg, name, tuple(value.shape), 0, self.tp_size)
+            if module is not None and role in (TensorRole.INPUT, TensorRole.OUTPUT, TensorRole.INPUT_SCALE):
+                group = GROUP_SIZE if role is TensorRole.INPUT_SCALE else 1
+                output = role is TensorRole.OUTPUT
+                reduced = self.reduced if module.name == "o_proj" else True
+                return canon.activation_shard(self.cfg, module.name, name, value.shape[-1], self.tp_size, output, reduced, group)
+        except ValueError:
+            pass
+        return (Shard.REPLICATED, None) if self.tp_size == 1 else (Shard.PER_RANK, None)
+
+    # -- leaving: write the rank's folder ----------------------------------------------------------
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._open = False
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        if exc_type is not None:
+            return False
+        self.path = write_rank(self.out, self.manifest(), RankCapture(self.rank, self.tp_size, dict(self.tensors)))
+        return False
+
+    def manifest(self) -> CaptureManifest:
+        """What this rank's capture shares with the other ranks' (kept tokens, positions, config, ...)."""
+        if self.activations and self._calls <= self.call:
+            raise RuntimeError(
+                f"capture: {self.attention_path or 'the attention module'} (layer {self.layer}) was called "
+                f"{self._calls} time(s) inside the capture, so call {self.call} was not recorded; run the model "
+                "inside the with block, or pass activations=False for weights only"
+            )
+        tokens: list[int] = []
+        positions: list[int] = []
+        if self.activations:
+            tokens = list(range(self._rows or 0)) if self.tokens is None else list(self.tokens)
+            positions = self._positions_for(tokens)
+        versions = installed_versions()
+        return CaptureManifest(
+            engine=self._engine(versions),
+            cfg=self.cfg,
+            layer=self.layer,
+            tp_size=self.tp_size,
+            positions=positions,
+            tokens=tokens,
+            model_type=self.model_type,
+            mode=self.mode,
+            versions=versions,
+            note=self.note,
+        )
+
+    def _positions_for(self, tokens: list[int]) -> list[int]:
+        given = self.given_positions
+        if given is not None and len(given) != len(tokens):
+            raise ValueError(f"capture: {len(given)} positions given for {len(tokens)} kept token rows")
+        if self._positions is not None:
+            if given is not None and given != self._positions:
+                raise ValueError(
+                    f"capture: the positions given ({given[:8]}...) differ from those the layer was called with "
+                    f"({self._positions[:8]}...)"
+                )
+            return self._positions
+        if given is None:
+            raise ValueError(
+                f"capture: the layer's call carried no positions (map {self.name_map.key!r} reads "
+                f"{self.name_map.positions_arg}); pass positions= for the kept tokens"
+            )
+        self._keep(canon.POSITIONS, TensorRole.INPUT, torch.tensor(given), "rope", "positions=", {}, Shard.REPLICATED, None)
+        return given
+
+    def _engine(self, versions: dict[str, str]) -> EngineInfo:
+        if isinstance(self.engine, EngineInfo):
+            return self.engine
+        name = self.engine or self.name_map.engine
+        return EngineInfo(name, versions.get(name, self.name_map.version if name == self.name_map.engine else None))
+
+
+def capture(model: torch.nn.Module, out: str | os.PathLike, **options: Any) -> LayerCapture:
+    """Record one MLA layer of `model` on this rank into `out` (a context manager; see LayerCapture)."""
+    return LayerCapture(model, out, **options)
+
+
+def capture_call(model: torch.nn.Module, out: str | os.PathLike, run: Callable[[], Any], **options: Any) -> Path:
+    """The function form: run `run()` inside a capture of `model` and return the rank folder written."""
+    with LayerCapture(model, out, **options) as cap:
+        run()
+    assert cap.path is not None
+    return cap.path
+
+
+def record(name: str, tensor: torch.Tensor, **options: Any) -> int:
+    """Record `tensor` into every capture open in this process (engine code that cannot reach the
+    capture object calls this); returns how many captures took it (0 when none is open)."""
+    for cap in _ACTIVE:
+        cap.record(name, tensor, **options)
+    return len(_ACTIVE)

@@ -1,0 +1,156 @@
+"""The capture folder format: one folder per rank, written by that rank alone.
+
+    <out>/rank<r>-of-<T>/manifest.json       what the capture shares + every tensor's role and layout
+    <out>/rank<r>-of-<T>/tensors.safetensors  the bytes each tensor spans, as uint8 (see tensor_bytes)
+
+A rank needs no coordination with the others (an engine worker writes its own folder), and a rank
+folder is written whole or not at all (a hidden temporary folder renamed at the end); an existing rank
+folder is never overwritten (FileExistsError naming it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from .._files import folder_atomically
+from ..model import MLAConfig
+from .tensor_bytes import TensorLayout, layout_of, rebuild, spanned_bytes
+from .types import FORMAT_VERSION, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
+
+MANIFEST_FILE = "manifest.json"
+TENSORS_FILE = "tensors.safetensors"
+RANK_FOLDER = re.compile(r"^rank(\d+)-of-(\d+)$")
+
+
+def rank_folder_name(rank: int, tp_size: int) -> str:
+    return f"rank{rank}-of-{tp_size}"
+
+
+def manifest_to_json(manifest: CaptureManifest) -> dict[str, Any]:
+    return {
+        "format_version": manifest.format_version,
+        "engine": {"name": manifest.engine.name, "version": manifest.engine.version},
+        "versions": dict(manifest.versions),
+        "model_type": manifest.model_type,
+        "cfg_name": manifest.cfg.name,
+        "cfg": manifest.cfg.to_hf(),
+        "layer": manifest.layer,
+        "tp_size": manifest.tp_size,
+        "positions": list(manifest.positions),
+        "tokens": list(manifest.tokens),
+        "mode": manifest.mode,
+        "note": manifest.note,
+    }
+
+
+def manifest_from_json(data: dict[str, Any], where: str) -> CaptureManifest:
+    try:
+        version = data["format_version"]
+        if version != FORMAT_VERSION:
+            raise ValueError(f"{where}: capture format version {version}, this mla_debug reads version {FORMAT_VERSION}")
+        engine = data["engine"]
+        return CaptureManifest(
+            engine=EngineInfo(str(engine["name"]), engine.get("version")),
+            cfg=MLAConfig.from_hf(data["cfg"], name=data.get("cfg_name")),
+            layer=int(data["layer"]),
+            tp_size=int(data["tp_size"]),
+            positions=data["positions"],
+            tokens=data["tokens"],
+            model_type=data.get("model_type"),
+            mode=data.get("mode"),
+            versions={str(k): str(v) for k, v in data.get("versions", {}).items()},
+            note=str(data.get("note", "")),
+        )
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{where}: manifest is missing or has a malformed field ({err!r})") from None
+
+
+def write_rank(out: str | os.PathLike, manifest: CaptureManifest, rank: RankCapture) -> Path:
+    """Write `rank`'s folder under `out`; returns it. FileExistsError when it exists already."""
+    if rank.tp_size != manifest.tp_size:
+        raise ValueError(f"rank {rank.rank} has tp_size {rank.tp_size}, the manifest {manifest.tp_size}")
+    folder = Path(out) / rank_folder_name(rank.rank, rank.tp_size)
+    entries: dict[str, Any] = {}
+    blobs: dict[str, torch.Tensor] = {}
+    for name, captured in rank.tensors.items():
+        blobs[name] = spanned_bytes(captured.tensor)
+        entries[name] = {
+            "role": captured.role.value,
+            "step": captured.step,
+            "source_name": captured.source_name,
+            "attrs": dict(captured.attrs),
+            "shard": captured.shard.value,
+            "shard_dim": captured.shard_dim,
+            "layout": layout_of(captured.tensor).to_json(),
+        }
+    document = {**manifest_to_json(manifest), "rank": rank.rank, "tensors": entries}
+    with folder_atomically(folder, f"capture rank folder {folder}") as temporary:
+        save_file(blobs, str(temporary / TENSORS_FILE), metadata={"format": "mla_debug.capture"})
+        (temporary / MANIFEST_FILE).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    return folder
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: no {MANIFEST_FILE} (not a capture rank folder, or an interrupted write)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); the file is corrupt") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tensors"), dict):
+        raise ValueError(f"{path}: not a capture manifest (no 'tensors' table)")
+    return data
+
+
+def read_rank(folder: Path) -> tuple[CaptureManifest, RankCapture]:
+    """One rank folder: its manifest and its tensors rebuilt with their exact layouts."""
+    data = read_manifest(folder)
+    where = str(folder / MANIFEST_FILE)
+    manifest = manifest_from_json(data, where)
+    try:
+        rank = int(data["rank"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{where}: manifest has no valid 'rank'") from None
+    tensors_path = folder / TENSORS_FILE
+    if not tensors_path.is_file():
+        raise FileNotFoundError(f"{folder}: no {TENSORS_FILE} beside its manifest")
+    tensors: dict[str, CapturedTensor] = {}
+    try:
+        with safe_open(str(tensors_path), framework="pt") as handle:
+            stored = set(handle.keys())
+            missing = sorted(set(data["tensors"]) - stored)
+            if missing:
+                raise ValueError(f"{tensors_path}: the manifest lists tensors the file lacks: {missing}")
+            for name, entry in data["tensors"].items():
+                label = f"{tensors_path} [{name}]"
+                layout = TensorLayout.from_json(entry.get("layout", {}), label)
+                tensor = rebuild(handle.get_tensor(name), layout, label)
+                tensors[name] = _captured(name, entry, tensor, label)
+    except SafetensorError as err:
+        raise ValueError(f"{tensors_path}: not a readable safetensors file ({err}); the file is corrupt") from None
+    return manifest, RankCapture(rank=rank, tp_size=manifest.tp_size, tensors=tensors)
+
+
+def _captured(name: str, entry: dict, tensor: torch.Tensor, where: str) -> CapturedTensor:
+    try:
+        return CapturedTensor(
+            name=name,
+            role=TensorRole(entry["role"]),
+            tensor=tensor,
+            step=entry.get("step"),
+            source_name=str(entry.get("source_name", "")),
+            attrs=dict(entry.get("attrs", {})),
+            shard=Shard(entry.get("shard", Shard.REPLICATED.value)),
+            shard_dim=entry.get("shard_dim"),
+        )
+    except (KeyError, ValueError, TypeError) as err:
+        raise ValueError(f"{where}: malformed tensor entry ({err})") from None
