@@ -6,6 +6,7 @@ Subcommands:
   scenarios    the named scenarios and engine profiles; `scenarios show NAME --platform P` resolves one
   report       show a saved triage again (summary, culprits) and draw its HTML report from the JSON alone
   layouts      byte forensics of saved tensors against a reference
+  capture      `capture diff A B`, `capture explain A`: layout diff and stories of captured layers
   kernel-demo  the silent layout bugs of aiter's preshuffled GEMM, one GEMM at a time
   kernels      the registered kernels and norm+quant backends, their flags and whether they run here
   select       which kernel a serving engine picks for a layer shape on a platform, and why
@@ -21,7 +22,7 @@ import argparse
 import sys
 
 from .._version import version
-from . import checkpoint, demo, kernel_demo, kernels, layouts, profile, report, scenarios, triage
+from . import capture, checkpoint, demo, kernel_demo, kernels, layouts, profile, report, scenarios, triage
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mla-debug {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, scenarios, report, profile):
+    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, scenarios, report, profile, capture):
         command.add_parser(sub)
     return parser
 
