@@ -99,19 +99,22 @@ def capture_at(out: Path, tp: int, defect: bool) -> Path:
         attention = rank_attention(state, rank, tp)
         if defect:
             plant_shuffled_kv_b(attention)
-        with md.capture(
-            attention,
-            out,
-            layer=0,
-            cfg=cfg,
-            rank=rank,
-            tp_size=tp,
-            positions=positions.tolist(),
-            engine=md.capture.EngineInfo("transformers", transformers.__version__),
-            mode="prefill",
-            row_output_reduced=False,  # each emulated rank returns its o_proj partial sum, un-reduced
-            note=f"make_samples.py, seed {SEED}, rank-by-rank TP emulation: {note}",
-        ), torch.no_grad():
+        with (
+            md.capture(
+                attention,
+                out,
+                layer=0,
+                cfg=cfg,
+                rank=rank,
+                tp_size=tp,
+                positions=positions.tolist(),
+                engine=md.capture.EngineInfo("transformers", transformers.__version__),
+                mode="prefill",
+                row_output_reduced=False,  # each emulated rank returns its o_proj partial sum, un-reduced
+                note=f"make_samples.py, seed {SEED}, rank-by-rank TP emulation: {note}",
+            ),
+            torch.no_grad(),
+        ):
             attention(hidden, position_embeddings=(cos.to(hidden.dtype), sin.to(hidden.dtype)), attention_mask=mask)
     return out
 

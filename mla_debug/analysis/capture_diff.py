@@ -593,10 +593,7 @@ def known_checkpoint(a: Capture, b: Capture, checkpoint: Checkpoint | None) -> C
 def _floor(a: Capture, b: Capture, ckpt: Checkpoint) -> dict[str, float]:
     from .capture_reference import capture_floor
 
-    floors = [capture_floor(a, ckpt)]
-    if b.tp_size != a.tp_size:
-        floors.append(capture_floor(b, ckpt))
-    return {step: max(f.get(step, 0.0) for f in floors) for step in floors[0]}
+    return capture_floor(a, ckpt, tuple(sorted({a.tp_size, b.tp_size})))
 
 
 def _outputs(capture: Capture) -> list[str]:

@@ -176,13 +176,19 @@ def reference_capture(capture: Capture, ckpt: Checkpoint, tp_size: int | None = 
     return run_capture(run, ckpt, hidden.to(dtype), positions, note="mla_debug reference run (scenario reference)")
 
 
-def capture_floor(capture: Capture, ckpt: Checkpoint) -> dict[str, float]:
+def capture_floor(capture: Capture, ckpt: Checkpoint, tp_sizes: tuple[int, ...] | None = None) -> dict[str, float]:
     """The FP8 noise floor per step (`analysis.noise.step_floor`) on the capture's inputs: the reference
-    run at the capture's TP size against the fp32 truth of the checkpoint's dequantized weights."""
+    run against the fp32 truth of the checkpoint's dequantized weights (one truth run, TP1), at each of
+    `tp_sizes` (default: the capture's), the largest per step."""
     hidden, positions, mode = capture.hidden, capture.positions, _mode(capture)
-    reference = run_layer(
-        ckpt.cfg, ckpt, hidden, positions, tp_size=capture.tp_size, mode=mode, dtype=_activation_dtype(capture)
-    )
     dense = dense_twin(ckpt)
     truth = run_layer(dense.cfg, dense, hidden, positions, tp_size=1, mode=mode, dtype=torch.float32)
-    return step_floor(reference, truth)
+    del dense
+    floors = []
+    for tp in tp_sizes or (capture.tp_size,):
+        reference = run_layer(
+            ckpt.cfg, ckpt, hidden, positions, tp_size=tp, mode=mode, dtype=_activation_dtype(capture)
+        )
+        floors.append(step_floor(reference, truth))
+        del reference
+    return {step: max(f.get(step, 0.0) for f in floors) for step in floors[0]}

@@ -97,4 +97,3 @@ def _check_replicated(capture: Capture) -> None:
         parts = per_rank(capture, name)
         if parts[0].shard is Shard.REPLICATED:
             check_replicated(name, parts)
-

@@ -161,7 +161,9 @@ class RankCapture:
 
     def __getitem__(self, name: str) -> CapturedTensor:
         if name not in self.tensors:
-            raise KeyError(f"rank {self.rank} of {self.tp_size} holds no tensor {name!r}; it holds {sorted(self.tensors)}")
+            raise KeyError(
+                f"rank {self.rank} of {self.tp_size} holds no tensor {name!r}; it holds {sorted(self.tensors)}"
+            )
         return self.tensors[name]
 
 

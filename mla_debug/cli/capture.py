@@ -36,7 +36,9 @@ def _checkpoint_option(parser) -> None:
         help="the layer's weights as the engine loaded them: a Hugging Face checkpoint folder or a capture folder "
         "whose weights are in checkpoint layout (default: a capture's own, when they are)",
     )
-    parser.add_argument("--json", default=None, metavar="OUT.json", help="also write the result as JSON (never overwrites)")
+    parser.add_argument(
+        "--json", default=None, metavar="OUT.json", help="also write the result as JSON (never overwrites)"
+    )
 
 
 def add_diff_parser(actions) -> None:
@@ -64,7 +66,10 @@ def add_explain_parser(actions) -> None:
     )
     explain.add_argument("a", metavar="A", help="capture folder to explain")
     explain.add_argument(
-        "--against", default=None, metavar="B", help="find the diverging steps against this capture (default: the reference run)"
+        "--against",
+        default=None,
+        metavar="B",
+        help="find the diverging steps against this capture (default: the reference run)",
     )
     _checkpoint_option(explain)
     explain.set_defaults(func=_cmd_explain)

@@ -221,4 +221,3 @@ def capture_heatmap(diff: CaptureDiff) -> go.Figure:
         plot_bgcolor="white",
     )
     return fig
-
