@@ -29,7 +29,8 @@ def per_rank(capture: Capture, name: str) -> list[CapturedTensor]:
     for rank in sorted(capture.ranks, key=lambda r: r.rank):
         if name not in rank.tensors:
             raise KeyError(
-                f"{name}: rank {rank.rank} of {capture.tp_size} did not capture it (it holds {sorted(rank.tensors)})"
+                f"{name}: rank {rank.rank} of {capture.tp_size} did not capture it "
+                f"(it holds {sorted(rank.tensors)})"
             )
         found.append(rank.tensors[name])
     return found
@@ -102,9 +103,7 @@ def gather_tensor(capture: Capture, name: str) -> torch.Tensor:
         return torch.cat(tensors, dim=dim)
     for r, t in enumerate(tensors[1:], start=1):
         if t.shape != first.tensor.shape:
-            raise ValueError(
-                f"{name}: rank {r}'s partial sum {tuple(t.shape)} differs from rank 0's {tuple(first.tensor.shape)}"
-            )
+            raise ValueError(f"{name}: rank {r}'s partial sum {tuple(t.shape)} differs from rank 0's {tuple(first.tensor.shape)}")
     return sum_in_rank_order(tensors).to(first.tensor.dtype)
 
 
@@ -127,9 +126,7 @@ def capture_checkpoint(capture: Capture) -> Checkpoint:
     another shape (a transposed copy) are refused: use the checkpoint the engine loaded instead.
     """
     cfg = capture.cfg
-    weights = [
-        n for n in capture.names() if capture.ranks[0].tensors[n].role in (TensorRole.WEIGHT, TensorRole.WEIGHT_SCALE)
-    ]
+    weights = [n for n in capture.names() if capture.ranks[0].tensors[n].role in (TensorRole.WEIGHT, TensorRole.WEIGHT_SCALE)]
     if not weights:
         raise ValueError("capture holds no weights (it was taken with weights=False); use the user's checkpoint")
     tensors: dict[str, torch.Tensor] = {}

@@ -97,3 +97,4 @@ def _check_replicated(capture: Capture) -> None:
         parts = per_rank(capture, name)
         if parts[0].shard is Shard.REPLICATED:
             check_replicated(name, parts)
+

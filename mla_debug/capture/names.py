@@ -34,9 +34,7 @@ class ModuleName:
 
     def __post_init__(self) -> None:
         if self.canonical not in MODULES:
-            raise ValueError(
-                f"name map: {self.path!r} -> unknown canonical module {self.canonical!r}; valid: {sorted(MODULES)}"
-            )
+            raise ValueError(f"name map: {self.path!r} -> unknown canonical module {self.canonical!r}; valid: {sorted(MODULES)}")
 
 
 @dataclass(frozen=True)
@@ -83,14 +81,8 @@ class NameMap:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def user_map(
-    mapping: dict[str, str],
-    *,
-    engine: str = "user",
-    hidden_arg: Argument | None = None,
-    positions_arg: Argument | None = None,
-    row_output_reduced: bool = True,
-) -> NameMap:
+def user_map(mapping: dict[str, str], *, engine: str = "user", hidden_arg: Argument | None = None,
+             positions_arg: Argument | None = None, row_output_reduced: bool = True) -> NameMap:
     """A map for any module tree: {path relative to the attention module: canonical name}.
 
     A value is a canonical module (``"q_b_proj"``, ``"fused_qkv_a_proj"``, ``"attention"``, ...) or a

@@ -111,10 +111,8 @@ def _rank_and_size(rank: int | None, tp_size: int | None) -> tuple[int, int]:
         return int(rank), int(tp_size)
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
-        return (
-            int(rank) if rank is not None else dist.get_rank(),
-            int(tp_size) if tp_size is not None else dist.get_world_size(),
-        )
+        return (int(rank) if rank is not None else dist.get_rank(),
+                int(tp_size) if tp_size is not None else dist.get_world_size())
     return (int(rank) if rank is not None else 0, int(tp_size) if tp_size is not None else 1)
 
 
@@ -188,13 +186,9 @@ class LayerCapture:
         if not isinstance(self.cfg, MLAConfig):
             raise TypeError(f"capture: cfg must be an MLAConfig, got {type(self.cfg).__name__}")
         if self.cfg.arch != "v3":
-            raise ValueError(
-                f"capture: {self.cfg.name} is a {self.cfg.arch} layer; the capture maps know V3-style MLA only"
-            )
+            raise ValueError(f"capture: {self.cfg.name} is a {self.cfg.arch} layer; the capture maps know V3-style MLA only")
         self.tokens = None if tokens is None else [int(t) for t in tokens]
-        if self.tokens is not None and (
-            not self.tokens or min(self.tokens) < 0 or len(set(self.tokens)) != len(self.tokens)
-        ):
+        if self.tokens is not None and (not self.tokens or min(self.tokens) < 0 or len(set(self.tokens)) != len(self.tokens)):
             raise ValueError(f"capture: tokens must be distinct non-negative row indices, got {self.tokens}")
         self.given_positions = None if positions is None else [int(p) for p in positions]
         self.weights, self.activations = weights, activations
@@ -255,12 +249,7 @@ class LayerCapture:
                     shard, dim, step = Shard.REPLICATED if value.numel() == 1 else Shard.PER_RANK, None, info.step
                 elif info.is_linear:
                     shard, dim = canon.weight_shard(
-                        self.cfg,
-                        entry.canonical,
-                        name,
-                        tuple(value.shape),
-                        self.tp_size,
-                        role is TensorRole.WEIGHT_SCALE,
+                        self.cfg, entry.canonical, name, tuple(value.shape), self.tp_size, role is TensorRole.WEIGHT_SCALE
                     )
                     step = info.step
                 else:
@@ -275,22 +264,13 @@ class LayerCapture:
             value, attrs = local_tensor(raw)
             if value is None or entry.canonical in self.tensors:
                 continue
-            shard, dim = canon.derived_shard(
-                self.cfg, entry.canonical, tuple(value.shape), entry.head_dim, self.tp_size
-            )
+            shard, dim = canon.derived_shard(self.cfg, entry.canonical, tuple(value.shape), entry.head_dim, self.tp_size)
             attrs.update(flags(raw, None))
             attrs["engine_attr"] = entry.path.rsplit(".", 1)[-1]
             if entry.axes:
                 attrs["axes"] = entry.axes
             self._keep(
-                entry.canonical,
-                TensorRole.DERIVED_WEIGHT,
-                exact_copy(value),
-                None,
-                self._source(entry.path),
-                attrs,
-                shard,
-                dim,
+                entry.canonical, TensorRole.DERIVED_WEIGHT, exact_copy(value), None, self._source(entry.path), attrs, shard, dim
             )
 
     def _install_hooks(self) -> None:
@@ -329,12 +309,12 @@ class LayerCapture:
         if positions is not None:
             flat = positions.reshape(-1)
             if flat.numel() != self._rows:
-                raise ValueError(f"capture: {flat.numel()} positions for {self._rows} token rows of the layer input")
+                raise ValueError(
+                    f"capture: {flat.numel()} positions for {self._rows} token rows of the layer input"
+                )
             kept = flat[self._selection()].to(torch.long).cpu()
             self._positions = kept.tolist()
-            self._keep(
-                canon.POSITIONS, TensorRole.INPUT, kept.clone(), "rope", self.attention_path, {}, Shard.REPLICATED, None
-            )
+            self._keep(canon.POSITIONS, TensorRole.INPUT, kept.clone(), "rope", self.attention_path, {}, Shard.REPLICATED, None)
         return None
 
     def _layer_hook(self, module, args, output):
@@ -384,9 +364,7 @@ class LayerCapture:
         split = next((k for k in range(1, x.dim() + 1) if math.prod(x.shape[x.dim() - k :]) in widths), None)
         if split is None:
             # Not (rows, features) of the expected widths: kept whole and per rank, as evidence.
-            self._keep(
-                name, _role_of(name) or TensorRole.OUTPUT, exact_copy(x), info.step, source, attrs, Shard.PER_RANK, None
-            )
+            self._keep(name, _role_of(name) or TensorRole.OUTPUT, exact_copy(x), info.step, source, attrs, Shard.PER_RANK, None)
             return
         width = math.prod(x.shape[x.dim() - split :])
         rows = x.reshape(-1, width)
@@ -460,9 +438,7 @@ class LayerCapture:
                 group = GROUP_SIZE if role is TensorRole.INPUT_SCALE else 1
                 output = role is TensorRole.OUTPUT
                 reduced = self.reduced if module.name == "o_proj" else True
-                return canon.activation_shard(
-                    self.cfg, module.name, name, value.shape[-1], self.tp_size, output, reduced, group
-                )
+                return canon.activation_shard(self.cfg, module.name, name, value.shape[-1], self.tp_size, output, reduced, group)
         except ValueError:
             pass
         return (Shard.REPLICATED, None) if self.tp_size == 1 else (Shard.PER_RANK, None)
@@ -523,9 +499,7 @@ class LayerCapture:
                 f"capture: the layer's call carried no positions (map {self.name_map.key!r} reads "
                 f"{self.name_map.positions_arg}); pass positions= for the kept tokens"
             )
-        self._keep(
-            canon.POSITIONS, TensorRole.INPUT, torch.tensor(given), "rope", "positions=", {}, Shard.REPLICATED, None
-        )
+        self._keep(canon.POSITIONS, TensorRole.INPUT, torch.tensor(given), "rope", "positions=", {}, Shard.REPLICATED, None)
         return given
 
     def _engine(self, versions: dict[str, str]) -> EngineInfo:

@@ -55,9 +55,7 @@ def manifest_from_json(data: dict[str, Any], where: str) -> CaptureManifest:
     try:
         version = data["format_version"]
         if version != FORMAT_VERSION:
-            raise ValueError(
-                f"{where}: capture format version {version}, this mla_debug reads version {FORMAT_VERSION}"
-            )
+            raise ValueError(f"{where}: capture format version {version}, this mla_debug reads version {FORMAT_VERSION}")
         engine = data["engine"]
         return CaptureManifest(
             engine=EngineInfo(str(engine["name"]), engine.get("version")),

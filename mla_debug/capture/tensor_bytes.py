@@ -93,9 +93,7 @@ def rebuild(data: torch.Tensor, layout: TensorLayout, where: str) -> torch.Tenso
     """The tensor `layout` reads from `data` (the bytes `spanned_bytes` returned), with the same strides
     and storage offset as the original."""
     if data.dtype != torch.uint8 or data.dim() != 1:
-        raise ValueError(
-            f"{where}: stored bytes must be a 1-D uint8 tensor, got {data.dtype} of shape {tuple(data.shape)}"
-        )
+        raise ValueError(f"{where}: stored bytes must be a 1-D uint8 tensor, got {data.dtype} of shape {tuple(data.shape)}")
     if data.numel() != layout.nbytes:
         raise ValueError(
             f"{where}: {data.numel()} stored bytes, but dtype {dtype_name(layout.dtype)} shape {layout.shape} "

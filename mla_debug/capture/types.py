@@ -161,9 +161,7 @@ class RankCapture:
 
     def __getitem__(self, name: str) -> CapturedTensor:
         if name not in self.tensors:
-            raise KeyError(
-                f"rank {self.rank} of {self.tp_size} holds no tensor {name!r}; it holds {sorted(self.tensors)}"
-            )
+            raise KeyError(f"rank {self.rank} of {self.tp_size} holds no tensor {name!r}; it holds {sorted(self.tensors)}")
         return self.tensors[name]
 
 

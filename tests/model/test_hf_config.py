@@ -57,17 +57,7 @@ def test_the_key_table_covers_each_family_and_names_each_key_once():
         assert {f.key for f in FIELDS if f.arch in (None, arch)} <= set(written)
         assert not {f.key for f in FIELDS if f.arch not in (None, arch)} & set(written)
     # Every dimension of MLAConfig goes through the table, except those with their own config.json shapes.
-    own_shapes = {
-        "name",
-        "arch",
-        "rope_theta",
-        "rope_scaling",
-        "weight_block",
-        "quantized",
-        "extra",
-        "rope_interleave",
-        "scale_fmt",
-    }
+    own_shapes = {"name", "arch", "rope_theta", "rope_scaling", "weight_block", "quantized", "extra", "rope_interleave", "scale_fmt"}
     assert attributes | own_shapes == set(MLAConfig.__dataclass_fields__)
 
 
