@@ -27,7 +27,7 @@ the loaded ones by then), records the next call, and writes the rank's folder wh
 
     from mla_debug.capture.engines import sglang_forward_hooks
     engine = sglang.Engine(model_path=..., tp_size=4, disable_cuda_graph=True,
-                           forward_hooks=sglang_forward_hooks("captures/tp4", layer=3, tokens=list(range(16))))
+                           forward_hooks=sglang_forward_hooks("captures/tp4", 3, model_path, tokens=list(range(16))))
     engine.generate(prompt, {"max_new_tokens": 2})
 """
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..model import MLAConfig
 from .recorder import LayerCapture
 
 # The worker attribute that holds an open capture between vllm_start_capture and vllm_finish_capture.
@@ -79,15 +80,18 @@ def vllm_finish_capture(worker: Any) -> str:
     return str(cap.path)
 
 
-def sglang_forward_hooks(out: str, layer: int, **options: Any) -> list[dict[str, Any]]:
-    """The ``forward_hooks`` server argument that captures `layer` on every rank (JSON-serializable
-    options only: tokens, positions, mode, note, call, row_output_reduced)."""
+def sglang_forward_hooks(out: str, layer: int, config: str | dict, **options: Any) -> list[dict[str, Any]]:
+    """The ``forward_hooks`` server argument that captures `layer` on every rank. `config` is the model's
+    Hugging Face config (its folder, its config.json, or the parsed dict): SGLang's attention module
+    does not keep it. Options must be JSON-serializable: tokens, positions, mode, note, call,
+    row_output_reduced."""
+    source = config if isinstance(config, dict) else str(config)
     return [
         {
             "name": "mla_debug-capture",
             "target_modules": [f"model.layers.{layer}.self_attn"],
             "hook_factory": SGLANG_HOOK_FACTORY,
-            "config": {"out": str(out), "layer": int(layer), **options},
+            "config": {"out": str(out), "layer": int(layer), "hf_config": source, **options},
         }
     ]
 
@@ -106,6 +110,7 @@ def sglang_hook_factory(config: dict[str, Any]) -> Callable:
     the first call it sees and lets the capture write itself after the call it records."""
     options = dict(config)
     out, layer = options.pop("out"), options.pop("layer")
+    cfg = MLAConfig.from_hf(options.pop("hf_config"))
     options.setdefault("names", SGLANG_MAP)
     state: dict[str, LayerCapture] = {}
 
@@ -113,7 +118,7 @@ def sglang_hook_factory(config: dict[str, Any]) -> Callable:
         if "capture" in state:
             return None
         rank, tp_size = _sglang_rank()
-        cap = LayerCapture(module, out, layer=layer, rank=rank, tp_size=tp_size, close_after=True, **options)
+        cap = LayerCapture(module, out, layer=layer, cfg=cfg, rank=rank, tp_size=tp_size, close_after=True, **options)
         cap.__enter__()
         state["capture"] = cap
         return None

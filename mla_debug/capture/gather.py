@@ -39,7 +39,8 @@ def per_rank(capture: Capture, name: str) -> list[CapturedTensor]:
 def _as_comparable(t: torch.Tensor) -> torch.Tensor:
     """Bitwise view for comparisons (fp8 has no equality/subtraction on every backend)."""
     if t.dtype.is_floating_point and t.element_size() == 1:
-        return t.contiguous().view(torch.uint8)
+        # A fresh dense copy: contiguous() keeps odd strides on size-1 dims, which view() refuses.
+        return torch.empty(t.shape, dtype=t.dtype).copy_(t).view(torch.uint8)
     return t
 
 

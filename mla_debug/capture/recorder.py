@@ -1,9 +1,12 @@
 """`md.capture(model, out, layer=...)`: record one MLA layer of any PyTorch module tree, on this rank.
 
 On entering, the capture finds the layer's attention module (``...layers.<layer>.<attention_attr>``),
-picks the name map that knows its class (or the one given), copies every mapped weight and derived
-weight exactly as stored (after the engine's loading: shuffles, transposes and flags included), and
-hooks the attention module and its mapped submodules. Inside the block the model runs as usual; the
+picks the name map that knows its class (or the one given), takes every mapped weight and derived
+weight as the engine stores it (after its loading: shuffles, transposes and flags included), and hooks
+the attention module and its mapped submodules. Weights are held, not copied: their bytes are read when
+the folder is written, at the end of the block (an engine does not change them while serving; one that
+reloads weights inside the block would be captured with the new ones). Activations are copied when
+their op runs, since engines reuse those buffers. Inside the block the model runs as usual; the
 hooks copy the inputs and outputs of the `call`-th call of that attention module (0: the first), keeping
 only the chosen token rows, and `record(name, tensor)` adds what hooks cannot see (an activation scale
 an engine computes inside a fused op). On leaving without an error, the rank's folder is written under
@@ -24,6 +27,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +38,13 @@ from . import canonical as canon
 from .names import LINEAR_TENSORS, NameMap, resolve_map
 from .names import builtin_maps as _builtin_maps
 from .store import rank_folder_name, write_rank
-from .tensor_bytes import layout_of, rebuild, spanned_bytes
+from .tensor_bytes import exact_copy
 from .tensor_facts import flags, installed_versions, local_tensor, module_facts
 from .types import AttrValue, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
 
 # Activation scales are one value per group of this many features (SEMANTICS 2).
 GROUP_SIZE = 128
 _ACTIVE: list[LayerCapture] = []
-
-
-def exact_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A CPU copy with the same dtype, shape, strides, storage offset and spanned bytes."""
-    return rebuild(spanned_bytes(tensor), layout_of(tensor), "capture")
 
 
 def _first_tensor(value: Any) -> Any:
@@ -256,7 +255,7 @@ class LayerCapture:
                     shard, dim, step = Shard.REPLICATED, None, info.step
                 attrs.update(flags(_resolve(module, attr), module))
                 attrs.update(module_facts(module))
-                self._keep(name, role, exact_copy(value), step, self._source(f"{entry.path}.{attr}"), attrs, shard, dim)
+                self._keep(name, role, value, step, self._source(f"{entry.path}.{attr}"), attrs, shard, dim)
 
     def _record_derived(self) -> None:
         for entry in self.name_map.derived:
@@ -270,7 +269,7 @@ class LayerCapture:
             if entry.axes:
                 attrs["axes"] = entry.axes
             self._keep(
-                entry.canonical, TensorRole.DERIVED_WEIGHT, exact_copy(value), None, self._source(entry.path), attrs, shard, dim
+                entry.canonical, TensorRole.DERIVED_WEIGHT, value, None, self._source(entry.path), attrs, shard, dim
             )
 
     def _install_hooks(self) -> None:
@@ -323,6 +322,7 @@ class LayerCapture:
             value, _ = local_tensor(_first_tensor(output))
             if value is not None:
                 self._record_activation(canon.LAYER_OUTPUT, "o_proj", value, output=True, source=self.attention_path)
+                self._restep(canon.LAYER_OUTPUT, "all_reduce")
         self._inside = False
         if recorded and self.close_after:
             self.__exit__(None, None, None)
@@ -384,6 +384,11 @@ class LayerCapture:
             shard, dim = Shard.REPLICATED, None
         role = TensorRole.OUTPUT if output else TensorRole.INPUT
         self._keep(name, role, kept, info.step, source, attrs, shard, dim)
+
+    def _restep(self, name: str, step: str) -> None:
+        """The layer's output ends the all-reduce step (an identity at TP1), not o_proj's."""
+        if name in self.tensors:
+            self.tensors[name] = replace(self.tensors[name], step=step)
 
     def _keep(self, name, role, tensor, step, source, attrs, shard, dim) -> None:
         self.tensors[name] = CapturedTensor(

@@ -80,8 +80,13 @@ def write_rank(out: str | os.PathLike, manifest: CaptureManifest, rank: RankCapt
     folder = Path(out) / rank_folder_name(rank.rank, rank.tp_size)
     entries: dict[str, Any] = {}
     blobs: dict[str, torch.Tensor] = {}
+    storages: set[int] = set()
     for name, captured in rank.tensors.items():
-        blobs[name] = spanned_bytes(captured.tensor)
+        blob = spanned_bytes(captured.tensor)
+        # safetensors refuses tensors that share memory: a second view of one storage gets its own copy.
+        storage = blob.untyped_storage().data_ptr()
+        blobs[name] = blob.clone() if storage in storages else blob
+        storages.add(storage)
         entries[name] = {
             "role": captured.role.value,
             "step": captured.step,

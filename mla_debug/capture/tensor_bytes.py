@@ -78,15 +78,31 @@ def layout_of(tensor: torch.Tensor) -> TensorLayout:
     return TensorLayout(tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset())
 
 
-def spanned_bytes(tensor: torch.Tensor) -> torch.Tensor:
-    """The bytes `tensor` spans in its storage, as a 1-D uint8 CPU tensor (a copy; the source is untouched)."""
+def _span(tensor: torch.Tensor) -> tuple[TensorLayout, torch.Tensor]:
+    """The layout of `tensor` and the 1-D run of elements it spans (a view of the same storage)."""
     if tensor.layout != torch.strided:
         raise TypeError(f"only strided (dense) tensors can be kept byte for byte, got layout {tensor.layout}")
     layout = layout_of(tensor)
     if any(step < 0 for step in layout.stride):
         raise ValueError(f"tensor of shape {layout.shape} has a negative stride {layout.stride}")
-    flat = torch.as_strided(tensor.detach(), (layout.span,), (1,), layout.storage_offset)
-    return flat.cpu().contiguous().view(torch.uint8).clone()
+    return layout, torch.as_strided(tensor.detach(), (layout.span,), (1,), layout.storage_offset)
+
+
+def spanned_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """The bytes `tensor` spans in its storage, as a 1-D uint8 CPU tensor. For a CPU tensor this is a
+    view of its storage, not a copy: take it when the bytes are about to be written, or copy it."""
+    _, flat = _span(tensor)
+    return flat.cpu().view(torch.uint8)
+
+
+def exact_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy with the same dtype, shape, strides, storage offset and spanned bytes, made with one
+    copy of the span (what a capture keeps of an engine tensor that may change after the call)."""
+    layout, flat = _span(tensor)
+    storage = torch.empty(layout.storage_offset + layout.span, dtype=layout.dtype)
+    storage[: layout.storage_offset].view(torch.uint8).zero_()
+    storage[layout.storage_offset :].copy_(flat)
+    return torch.as_strided(storage, layout.shape, layout.stride, layout.storage_offset)
 
 
 def rebuild(data: torch.Tensor, layout: TensorLayout, where: str) -> torch.Tensor:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # Version of the folder format (manifest.json + tensors.safetensors per rank); a loader refuses others.
 FORMAT_VERSION = 1
 
-AttrValue = Union[str, int, float, bool]
+AttrValue = str | int | float | bool
 
 
 class TensorRole(str, Enum):

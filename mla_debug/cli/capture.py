@@ -1,149 +1,95 @@
-"""`mla-debug capture`: work with captured layers (folders written by `md.capture`).
+"""`mla-debug capture ...`: work with layer captures from the terminal.
 
-  capture diff A B [--checkpoint C] [--json OUT]    per step and rank, where b leaves a; weights' bytes
-  capture diff A --reference [--checkpoint C]       a against mla_debug's reference run on its inputs
-  capture explain A [--checkpoint C] [--against B]  the layout stories that explain a's diverging steps
-
---checkpoint is a Hugging Face checkpoint folder (the layer is the capture's) or another capture folder
-whose weights are in checkpoint layout. The data are `analysis.capture_diff` / `analysis.capture_explain`
-records; the words are `viz.captures`'.
+`capture show DIR` prints what a capture holds: its manifest, then per rank every tensor with its role,
+step, dtype, shape, strides, storage offset, how it shards and the engine attributes recorded with it.
+`capture diff A B` and `capture explain A` (cli/capture_explain.py) diff captures and explain them.
+The group is open: each action is one `add_*` function in ACTIONS that registers its own subparser.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+from collections.abc import Callable
 
+from .capture_explain import add_diff_parser, add_explain_parser
 from .table import print_columns
 
 
 def add_parser(sub) -> None:
+    """Register `capture` and its actions on the `mla-debug` subparsers."""
     capture = sub.add_parser(
         "capture",
-        help="diff and explain captured layers (folders written by md.capture)",
-        description="Work with layer captures: folders of rank<r>-of-<T>/ written by md.capture.",
+        help="inspect, diff and explain layer captures taken from a running model (`capture show|diff|explain`)",
+        description="Layer captures written by md.capture (or the engine recipes): one rank<r>-of-<T> folder "
+        "per rank. `capture show DIR` prints what one holds.",
     )
-    actions = capture.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add_diff_parser(actions)
-    add_explain_parser(actions)
+    actions = capture.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for register in ACTIONS:
+        register(actions)
 
 
-def _checkpoint_option(parser) -> None:
-    parser.add_argument(
-        "--checkpoint",
-        default=None,
-        metavar="C",
-        help="the layer's weights as the engine loaded them: a Hugging Face checkpoint folder or a capture folder "
-        "whose weights are in checkpoint layout (default: a capture's own, when they are)",
+def add_show(actions) -> None:
+    show = actions.add_parser(
+        "show",
+        help="the manifest and, per rank, every tensor's dtype, shape, strides and attributes",
+        description="Print a capture's manifest and, per rank, each tensor: role, step, dtype, shape, "
+        "strides, storage offset, how it shards over ranks, and the engine attributes recorded with it.",
     )
-    parser.add_argument(
-        "--json", default=None, metavar="OUT.json", help="also write the result as JSON (never overwrites)"
+    show.add_argument("path", metavar="DIR", help="the capture folder (holding rank<r>-of-<T>/ folders)")
+    show.add_argument("--rank", type=int, default=None, help="show only this rank's tensors")
+    show.add_argument(
+        "--no-check",
+        action="store_true",
+        help="show a capture whose ranks disagree on a replicated tensor instead of stopping at the first",
     )
+    show.set_defaults(func=run_show)
 
 
-def add_diff_parser(actions) -> None:
-    diff = actions.add_parser(
-        "diff",
-        help="per step and rank, where capture B leaves capture A; weights' bytes in layout or value",
-        description="Diff two captures of one layer (e.g. TP2 and TP4) on the same inputs: each step's error "
-        "of B against A judged by the FP8 noise floor, and each weight's and scale's bytes on every rank against "
-        "the checkpoint (same bytes, shuffled N times, scale order, other values).",
-    )
-    diff.add_argument("a", metavar="A", help="capture folder: the baseline")
-    diff.add_argument("b", metavar="B", nargs="?", default=None, help="capture folder under test")
-    diff.add_argument("--reference", action="store_true", help="diff A against mla_debug's reference run (no B)")
-    _checkpoint_option(diff)
-    diff.set_defaults(func=_cmd_diff)
+ACTIONS: list[Callable] = [add_show, add_diff_parser, add_explain_parser]
 
 
-def add_explain_parser(actions) -> None:
-    explain = actions.add_parser(
-        "explain",
-        help="which layout story explains each diverging step of a capture",
-        description="For each step of capture A that diverges (from mla_debug's reference run, or from capture "
-        "--against B) and each derived weight (W_UK, W_UV), compute the known layout stories from the captured "
-        "tensors and rank them by how well each reproduces what the engine produced.",
-    )
-    explain.add_argument("a", metavar="A", help="capture folder to explain")
-    explain.add_argument(
-        "--against",
-        default=None,
-        metavar="B",
-        help="find the diverging steps against this capture (default: the reference run)",
-    )
-    _checkpoint_option(explain)
-    explain.set_defaults(func=_cmd_explain)
+def _shape(values) -> str:
+    return str(tuple(int(v) for v in values))
 
 
-def _load(path: str, label: str):
+def _shard(tensor) -> str:
+    return tensor.shard.value if tensor.shard_dim is None else f"{tensor.shard.value} dim {tensor.shard_dim}"
+
+
+def _attrs(tensor) -> str:
+    return " ".join(f"{key}={value}" for key, value in sorted(tensor.attrs.items())) or "-"
+
+
+def run_show(args: argparse.Namespace) -> int:
     from ..capture import load_capture
+    from ..capture.tensor_bytes import dtype_name
 
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"{label} {path}: no such capture folder")
-    return load_capture(path)
-
-
-def _is_capture(path: Path) -> bool:
-    return path.is_dir() and any(child.is_dir() and child.name.startswith("rank") for child in path.iterdir())
-
-
-def load_checkpoint(path: str | None, layer: int):
-    """The checkpoint of --checkpoint: a capture folder's weights, or a Hugging Face folder's layer."""
-    if path is None:
-        return None
-    from ..model import Checkpoint
-
-    folder = Path(path)
-    if _is_capture(folder):
-        return _load(path, "--checkpoint").checkpoint()
-    return Checkpoint.load(folder, layer=layer)
-
-
-def _write_json(result, path: str | None) -> None:
-    if path is None:
-        return
-    if not path.endswith(".json"):
-        raise ValueError(f"--json {path}: must end in .json")
-    written = result.to_json(path)
-    print(f"wrote {written}")
-
-
-def _cmd_diff(args: argparse.Namespace) -> int:
-    from ..analysis.capture_diff import diff_captures
-    from ..viz.captures import diff_lines
-
-    if (args.b is None) == (not args.reference):
-        raise ValueError("give a second capture B, or --reference (not both)")
-    a = _load(args.a, "A")
-    ckpt = load_checkpoint(args.checkpoint, a.manifest.layer)
-    if args.reference:
-        diff = diff_captures(a, reference=True, checkpoint=ckpt)
-    else:
-        diff = diff_captures(a, _load(args.b, "B"), ckpt)
-    for line in diff_lines(diff):
-        print(line)
-    _write_json(diff, args.json)
-    return 0
-
-
-def _cmd_explain(args: argparse.Namespace) -> int:
-    from ..analysis.capture_diff import diff_captures, known_checkpoint
-    from ..analysis.capture_explain import explain_capture
-    from ..viz.captures import explanation_lines, ranking_rows
-
-    a = _load(args.a, "A")
-    ckpt = load_checkpoint(args.checkpoint, a.manifest.layer)
-    diff = None
-    if args.against is not None:
-        b = _load(args.against, "--against")
-        diff = diff_captures(b, a, known_checkpoint(b, a, ckpt))
-        ckpt = ckpt if ckpt is not None else known_checkpoint(b, a, None)
-    explanation = explain_capture(a, ckpt, diff=diff)
-    for line in explanation_lines(explanation):
-        print(line)
-    for e in explanation.explanations:
-        if e.candidates and e.outcome.value != "correct_from_inputs":
-            print(f"\n{e.tensor or e.step}: candidates ranked by how well each reproduces the capture")
-            print_columns(("rank", "story", "rel err"), ranking_rows(e))
-    _write_json(explanation, args.json)
+    cap = load_capture(args.path, check=not args.no_check)
+    m = cap.manifest
+    engine = m.engine.name + (f" {m.engine.version}" if m.engine.version else "")
+    print(f"capture {args.path}: {engine}, {m.cfg.name} layer {m.layer}, tp_size {m.tp_size}, mode {m.mode or 'unknown'}")
+    print(f"  model_type: {m.model_type or 'unknown'}; format version {m.format_version}")
+    print(f"  versions: {', '.join(f'{k} {v}' for k, v in sorted(m.versions.items())) or 'none recorded'}")
+    print(f"  kept token rows ({len(m.tokens)}): {list(m.tokens)}")
+    print(f"  their positions: {list(m.positions)}")
+    if m.note:
+        print(f"  note: {m.note}")
+    ranks = cap.ranks if args.rank is None else [cap.rank(args.rank)]
+    for rank in ranks:
+        print(f"\nrank {rank.rank} of {rank.tp_size}: {len(rank.tensors)} tensors")
+        rows = [
+            (
+                name,
+                t.role.value,
+                t.step or "-",
+                dtype_name(t.tensor.dtype),
+                _shape(t.tensor.shape),
+                _shape(t.tensor.stride()),
+                str(t.tensor.storage_offset()),
+                _shard(t),
+                _attrs(t),
+            )
+            for name, t in rank.tensors.items()
+        ]
+        print_columns(("tensor", "role", "step", "dtype", "shape", "stride", "offset", "shard", "attrs"), rows)
     return 0

@@ -6,7 +6,6 @@ Subcommands:
   scenarios    the named scenarios and engine profiles; `scenarios show NAME --platform P` resolves one
   report       show a saved triage again (summary, culprits) and draw its HTML report from the JSON alone
   layouts      byte forensics of saved tensors against a reference
-  capture      `capture diff A B`, `capture explain A`: layout diff and stories of captured layers
   kernel-demo  the silent layout bugs of aiter's preshuffled GEMM, one GEMM at a time
   kernels      the registered kernels and norm+quant backends, their flags and whether they run here
   select       which kernel a serving engine picks for a layer shape on a platform, and why
@@ -14,6 +13,8 @@ Subcommands:
   profile      profile one layer run: per-step time, ops and kernels, and the trace folder
   traces       `traces compare A B`: per-step and per-kernel time of two traces, kernels added or removed
   tensorboard  browse trace folders in TensorBoard on 127.0.0.1 (needs the `profile` extra)
+  capture      `capture show DIR`: what a layer capture holds; `capture diff A B`, `capture explain A`: the
+               layout diff of two captures and the stories that explain a capture's diverging steps
 """
 
 from __future__ import annotations
