@@ -10,7 +10,9 @@ the module a user's model holds; side by side in one run, interleaved (plain, ca
                      (finding the modules, holding every weight as stored), the forward with its hooks
                      (which copy each op's inputs and outputs), and leaving (writing the rank folder,
                      weights included, to a fresh temporary folder, removed afterwards)
-and the three parts of the captured forward on their own, each with its ratio to the plain forward.
+and the three parts of the captured forward on their own, each with its ratio to the plain forward; the
+last row writes as many bytes as the capture folder holds in one plain file write, right after each
+capture, so the write's share can be told from the disk's speed at the time.
 """
 
 from __future__ import annotations
@@ -64,7 +66,9 @@ def measure(model: str, tokens: int, repeats: int, dtype_name: str) -> tuple[lis
 
     forward()  # warm-up: first-call allocations are not the capture's
     scratch = Path(tempfile.mkdtemp(prefix="mla-debug-capture-bench-"))
-    parts: dict[str, list[float]] = {"plain": [], "enter": [], "hooked forward": [], "exit (write)": [], "whole": []}
+    parts: dict[str, list[float]] = {
+        "plain": [], "enter": [], "hooked forward": [], "exit (write)": [], "whole": [], "disk": []
+    }
     nbytes = 0
     try:
         # Interleaved, so the plain and the captured forward share whatever else the machine is doing
@@ -86,13 +90,21 @@ def measure(model: str, tokens: int, repeats: int, dtype_name: str) -> tuple[lis
             parts["whole"].append(done - start)
             nbytes = sum(f.stat().st_size for f in cap.path.iterdir())
             shutil.rmtree(out)
+            # The disk's own speed at that moment: the same number of bytes in one plain file write.
+            blob = torch.zeros(nbytes, dtype=torch.uint8).numpy()
+            start = time.perf_counter()
+            blob.tofile(scratch / "disk-reference.bin")
+            parts["disk"].append(time.perf_counter() - start)
+            (scratch / "disk-reference.bin").unlink()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     plain = statistics.median(parts["plain"])
     rows = [["forward (baseline)", f"{plain * 1e3:.1f}", "1.00"]]
-    for name in ("whole", "enter", "hooked forward", "exit (write)"):
+    for name in ("whole", "enter", "hooked forward", "exit (write)", "disk"):
         seconds = statistics.median(parts[name])
-        label = "captured forward (whole)" if name == "whole" else f"  of which {name}"
+        label = {"whole": "captured forward (whole)", "disk": "disk reference: one plain write of as many bytes"}.get(
+            name, f"  of which {name}"
+        )
         rows.append([label, f"{seconds * 1e3:.1f}", f"{seconds / plain:.2f}"])
     params = sum(p.numel() for p in attention.parameters())
     return rows, {"params": params, "bytes": nbytes, "rss": peak_rss_gb()}

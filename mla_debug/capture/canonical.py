@@ -110,6 +110,8 @@ def activation_shard(
     sum unless the engine's module already all-reduced it (`reduced`)."""
     canonical = MODULES[module]
     full = canonical.widths(cfg)[1 if output else 0] // group
+    if module == ATTENTION:  # per-head in and out
+        return _decide(name, width, full, tp_size, -1)
     if canonical.parallel == ROW and output:
         if width != full:
             raise ValueError(f"{name}: {width} features per row, expected the whole {full}")

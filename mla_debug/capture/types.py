@@ -10,6 +10,19 @@ in exactly those (a scale whose strides lie, a weight shuffled in place).
 
 How a rank's tensor becomes the TP-independent one is data too (`Shard`): the capture decides it from
 the module-name map when it records, so loading needs no knowledge of the engine.
+
+Canonical names, in full:
+- weights ``<module>.weight`` and, where the engine keeps them, ``<module>.weight_scale_inv`` (block
+  scale), ``<module>.weight_scale`` (per-tensor or per-channel) and ``<module>.input_scale`` (a static
+  activation scale), for the modules q_a_proj, kv_a_proj_with_mqa, fused_qkv_a_proj (engines that fuse the
+  two: q_a rows then kv_a rows), q_a_layernorm, kv_a_layernorm, q_b_proj, kv_b_proj, o_proj;
+- derived ``W_UK`` and ``W_UV`` in the engine's own shape and layout (attrs ``engine_attr`` names the
+  engine's attribute, ``axes`` its dims where the map knows them), their scales ``W_UK.scale``,
+  ``W_UV.scale``, or ``W_scale`` when both share one;
+- op tensors ``<op>.input``, ``<op>.output``, ``<op>.input_scale`` where op is the module's step name
+  (``fused_qkv_a`` for the fused linear, ``attention`` for the attention op proper) or, for an engine
+  that does not fuse q_a and kv_a, ``q_a_proj`` and ``kv_a_proj_with_mqa`` (both of step fused_qkv_a);
+  ``layer.input`` and ``layer.output`` (the attention module's own input and output) and ``positions``.
 """
 
 from __future__ import annotations

@@ -225,3 +225,24 @@ def test_sglangs_hook_manager_runs_the_recipe_and_it_records_the_next_call(
     # A third call records nothing more: the capture closed itself.
     model(hidden(3), torch.arange(TOKENS), forward_batch=None, zero_allocator=None)
     assert sorted(p.name for p in (tmp_path / "cap").iterdir()) == ["rank0-of-1"]
+
+
+def test_the_vllm_recipe_at_tp2_gathers_activations_to_tp1s(ckpt, tmp_path):
+    """Each fake rank runs its own heads; the fake's o_proj does not all-reduce, so the capture is told
+    its output is a partial sum (row_output_reduced=False), and gathering sums the ranks."""
+    x, positions = hidden(4), torch.arange(TOKENS)
+    worker, model = fake_vllm_worker(ckpt, 0, 1)
+    vllm_start_capture(worker, str(tmp_path / "tp1"), LAYER, row_output_reduced=False)
+    model(x, positions)
+    vllm_finish_capture(worker)
+    for rank in (0, 1):
+        worker, model = fake_vllm_worker(ckpt, rank, 2)
+        vllm_start_capture(worker, str(tmp_path / "tp2"), LAYER, row_output_reduced=False)
+        model(x, positions)
+        vllm_finish_capture(worker)
+    tp1, tp2 = md.load_capture(tmp_path / "tp1"), md.load_capture(tmp_path / "tp2")
+    assert tp2.rank(1)["attention.input"].shard is Shard.SPLIT
+    assert tp2.rank(1)["layer.output"].shard is Shard.PARTIAL_SUM
+    for name in ("q_b_proj.output", "attention.input", "attention.output", "o_proj.input", "o_proj.output", "layer.output"):
+        error = md.numerics.error_metrics(tp2.gathered(name), tp1.gathered(name))["rel_l2"]
+        assert error < 1e-5, (name, error)

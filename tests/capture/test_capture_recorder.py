@@ -181,3 +181,23 @@ def test_the_function_form_returns_the_rank_folder(model, tmp_path):
 def test_an_unknown_tree_asks_for_a_map(tmp_path):
     with pytest.raises(ValueError, match=r"no module at '...layers.0.<attention>' of a known attention class"):
         md.capture(nn.Linear(2, 2), tmp_path / "c", layer=0)
+
+
+def test_deepseek_v32_attention_is_captured_with_its_own_map(tmp_path):
+    """V3.2's attention is V3's plus an indexer; with fewer tokens than index_topk its sparse selection
+    keeps every token, so the captured layer is the dense MLA layer run_layer computes."""
+    config = transformers.DeepseekV32Config(
+        **{k: v for k, v in tiny_config().to_dict().items() if k in transformers.DeepseekV3Config().to_dict()
+           and k not in ("model_type", "architectures", "transformers_version")},
+        index_n_heads=4, index_head_dim=64, index_topk=64,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(2)
+    model = transformers.DeepseekV32ForCausalLM(config).eval()
+    with md.capture(model, tmp_path / "c", layer=LAYER) as cap:
+        forward(model)
+    assert cap.name_map.key == "transformers-deepseek_v32"
+    captured = md.load_capture(tmp_path / "c")
+    assert not any(name.startswith("indexer") for name in captured.names())
+    run = md.run_layer(captured.cfg, captured.checkpoint(), captured.hidden, captured.positions, dtype=torch.float32)
+    assert md.numerics.error_metrics(run.output, captured.gathered("layer.output"))["rel_l2"] < 1e-5
