@@ -31,6 +31,10 @@ python3 -m pytest -q -rA tests/aiter_reference/test_aiter_gpu.py tests/aiter_ref
   tests/aiter_reference/test_loader.py tests/kernels/test_aiter_triton_kernel.py \
   -p no:cacheprovider 2>&1 | tee "$out/aiter_tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+# A captured FP8 engine (transformers' DeepSeek-V3 attention on aiter's Triton quant and GEMM) explained
+# against the emulation: within FP8 noise clean, the planted column-major scale view named.
+python3 -m pytest -q -rA tests/gpu/test_capture_explain_gpu.py -p no:cacheprovider 2>&1 | tee "$out/capture_explain_gpu.log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 if [ "${BENCH:-1}" != 0 ]; then
   python3 benchmarks/gemm_bench.py ${BENCH_ARGS:-} --out "$out/gemm_bench.md" 2>&1 | tee "$out/gemm_bench.log"
   python3 benchmarks/normquant_bench.py ${BENCH_ARGS:-} --out "$out/normquant_bench.md" 2>&1 | tee "$out/normquant_bench.log"

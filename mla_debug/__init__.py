@@ -34,7 +34,18 @@ from . import (  # noqa: F401
     viz,
 )
 from ._version import __version__
-from .analysis import RunDiff, TriageReport, TriageResult, Workbench, bisect, compare, load_triage, triage
+from .analysis import (
+    RunDiff,
+    TriageReport,
+    TriageResult,
+    Workbench,
+    bisect,
+    compare,
+    diff_captures,
+    explain_capture,
+    load_triage,
+    triage,
+)
 from .capture import Capture, load_capture
 from .kernels import Kernel, KernelPolicy, Platform, get_kernel, platform
 from .layouts import (
@@ -64,6 +75,8 @@ __all__ = [
     "profile",
     "load_trace",
     "compare_traces",
+    "diff_captures",
+    "explain_capture",
     "load_triage",
     "write_html",
     "capture",

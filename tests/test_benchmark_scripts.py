@@ -26,6 +26,7 @@ BENCHMARKS = ROOT / "benchmarks"
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if p.name not in ("__init__.py", "harness.py"))
 # The CPU benchmarks and a case of each small enough for a test; every other script needs a GPU.
 CPU_TINY = {
+    "capture_explain.py": ["--model", "tiny", "--tp", "1,2", "--tokens", "4"],
     "capture_overhead.py": ["--model", "tiny", "--tokens", "4", "--repeats", "1"],
     "cpu_gemm_emulation.py": ["--shapes", "256x256", "--layer", "256x256", "--m", "4", "--repeats", "1"],
     "cpu_layer_bench.py": ["--model", "tiny", "--tp", "1,2", "--tokens", "4", "--repeats", "1"],

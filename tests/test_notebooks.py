@@ -20,7 +20,7 @@ nbformat = pytest.importorskip("nbformat")
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 # viz functions that return plotly figures: a notebook that shows one needs viz.setup_notebook() first.
 PLOTLY_FIGURES = re.compile(
-    r"viz\.(timeline|step_bars|error_heatmap|block_heatmap|group_error_heatmap|error_histogram)\("
+    r"viz\.(timeline|step_bars|error_heatmap|block_heatmap|group_error_heatmap|error_histogram|capture_heatmap)\("
 )
 
 
@@ -29,7 +29,7 @@ def _code_cells(path: Path) -> list:
 
 
 def test_the_notebooks_are_there():
-    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04"]
+    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

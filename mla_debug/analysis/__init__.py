@@ -1,7 +1,11 @@
 """Run diffs, TP triage, culprit bisection and activation patching, triage reports as plain data; the fused
-norm+quant accuracy study."""
+norm+quant accuracy study; the layout diff and explanation of captured layers."""
 
 from .bisection import BisectStats, Culprit, KnownFix, Remedy
+from .capture_diff import CaptureDiff, diff_captures, load_capture_diff
+from .capture_explain import CaptureExplanation, explain_capture, load_capture_explanation
+from .capture_reference import reference_capture, run_capture
+from .capture_stories import StoryKind
 from .changes import Change, RemedyKind, candidate_changes, candidate_workarounds
 from .diff import RunDiff, StepDiff, block_errors, compare
 from .noise import DIVERGENCE_FACTOR, MIN_THRESHOLD, dense_twin, step_floor
@@ -20,6 +24,8 @@ __all__ = [
     "PATHS",
     "BisectStats",
     "BlockErrors",
+    "CaptureDiff",
+    "CaptureExplanation",
     "Change",
     "ConfigResult",
     "Culprit",
@@ -33,6 +39,7 @@ __all__ = [
     "PatchVerdict",
     "Provenance",
     "Remedy",
+    "StoryKind",
     "RemedyKind",
     "RunDiff",
     "RunReport",
@@ -50,13 +57,19 @@ __all__ = [
     "compare",
     "confirm_by_patching",
     "dense_twin",
+    "diff_captures",
     "distribution_names",
+    "explain_capture",
     "fp8_spacing",
+    "load_capture_diff",
+    "load_capture_explanation",
     "load_triage",
     "make_inputs",
     "measure_accuracy",
     "patch_steps",
+    "reference_capture",
     "rmsnorm_truth",
+    "run_capture",
     "step_floor",
     "triage",
     "write_json",

@@ -2,6 +2,7 @@
 
 `capture show DIR` prints what a capture holds: its manifest, then per rank every tensor with its role,
 step, dtype, shape, strides, storage offset, how it shards and the engine attributes recorded with it.
+`capture diff A B` and `capture explain A` (cli/capture_explain.py) diff captures and explain them.
 The group is open: each action is one `add_*` function in ACTIONS that registers its own subparser.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from .capture_explain import add_diff_parser, add_explain_parser
 from .table import print_columns
 
 
@@ -17,7 +19,7 @@ def add_parser(sub) -> None:
     """Register `capture` and its actions on the `mla-debug` subparsers."""
     capture = sub.add_parser(
         "capture",
-        help="inspect layer captures taken from a running model (`capture show DIR`)",
+        help="inspect, diff and explain layer captures taken from a running model (`capture show|diff|explain`)",
         description="Layer captures written by md.capture (or the engine recipes): one rank<r>-of-<T> folder "
         "per rank. `capture show DIR` prints what one holds.",
     )
@@ -43,7 +45,7 @@ def add_show(actions) -> None:
     show.set_defaults(func=run_show)
 
 
-ACTIONS: list[Callable] = [add_show]
+ACTIONS: list[Callable] = [add_show, add_diff_parser, add_explain_parser]
 
 
 def _shape(values) -> str:

@@ -13,7 +13,8 @@ Subcommands:
   profile      profile one layer run: per-step time, ops and kernels, and the trace folder
   traces       `traces compare A B`: per-step and per-kernel time of two traces, kernels added or removed
   tensorboard  browse trace folders in TensorBoard on 127.0.0.1 (needs the `profile` extra)
-  capture      `capture show DIR`: what a layer capture taken from a running model holds
+  capture      `capture show DIR`: what a layer capture holds; `capture diff A B`, `capture explain A`: the
+               layout diff of two captures and the stories that explain a capture's diverging steps
 """
 
 from __future__ import annotations

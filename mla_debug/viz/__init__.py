@@ -4,6 +4,7 @@ tables of kernel traces; plots of the fused norm+quant accuracy study.
     from mla_debug.viz import error_heatmap, block_heatmap, summary_styler, steps_styler, write_html
     from mla_debug.viz import timeline, step_bars, kernel_table_styler, trace_diff_styler, trace_table_styler
     from mla_debug.viz import group_error_heatmap, error_histogram
+    from mla_debug.viz import capture_heatmap, diff_lines, explanation_lines   # capture diffs and stories
     from mla_debug.viz import verdict_text, shuffle_fit_text   # layout-forensics verdicts in words
     from mla_debug.viz import setup_notebook   # figures that survive a notebook's HTML export, offline
 
@@ -12,6 +13,7 @@ plotly and pandas are imported inside the functions, so importing this package n
 
 from __future__ import annotations
 
+from .captures import capture_heatmap, diff_lines, explanation_lines
 from .forensics import shuffle_fit_text, verdict_text
 from .heatmaps import block_heatmap, error_heatmap
 from .normquant_plots import error_histogram, group_error_heatmap
@@ -23,8 +25,11 @@ from .trace_tables import kernel_table_styler, trace_diff_styler, trace_table_st
 
 __all__ = [
     "block_heatmap",
+    "capture_heatmap",
+    "diff_lines",
     "error_heatmap",
     "error_histogram",
+    "explanation_lines",
     "group_error_heatmap",
     "kernel_table_styler",
     "render_html",

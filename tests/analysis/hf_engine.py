@@ -1,0 +1,322 @@
+"""A small "engine" made of transformers' DeepSeek-V3 attention, for the capture diff and explain tests.
+
+Tensor parallelism is emulated rank by rank, as transformers' tp_plan shards MLA: every rank is a
+`DeepseekV3Attention` with Nh/t heads holding its rows of q_b_proj and kv_b_proj and its columns of
+o_proj (whose output is then a partial sum). Defects are planted into the loaded modules the way an
+engine bug would: aiter's own `shuffle_weight` (amd-aiter, loaded by `mla_debug.real_aiter`) applied to a
+weight after loading, a preshuffle-aware reader, an FP8 linear whose consumer reads its activation scale
+in the other byte order, a W_UK derived from relaid bytes. Forward hooks record what each rank held and
+computed, and the records become a `Capture` under the canonical names (built from the capture types
+directly, so these tests do not depend on the recorder).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch import nn
+
+import mla_debug as md
+from mla_debug.capture import Capture, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf  # noqa: E402
+
+HEADS = 8
+ROPE = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 40.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+    "original_max_position_embeddings": 4096,
+}
+LINEARS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj")
+NORMS = ("q_a_layernorm", "kv_a_layernorm")
+COLUMN, ROW = ("q_b_proj", "kv_b_proj"), ("o_proj",)
+STEPS = {
+    "q_a_proj": "fused_qkv_a",
+    "kv_a_proj_with_mqa": "fused_qkv_a",
+    "q_a_layernorm": "q_a_layernorm",
+    "kv_a_layernorm": "kv_a_layernorm",
+    "q_b_proj": "q_b_proj",
+    "kv_b_proj": "kv_b_proj",
+    "o_proj": "o_proj",
+}
+
+
+def hf_config(heads: int = HEADS):
+    config = transformers.DeepseekV3Config(
+        hidden_size=512,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        q_lora_rank=256,
+        kv_lora_rank=128,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=163840,
+        rope_parameters=dict(ROPE),
+        rope_interleave=True,
+        attention_bias=False,
+    )
+    config._attn_implementation = "eager"
+    return config
+
+
+@functools.lru_cache(maxsize=1)
+def aiter_shuffle():
+    from mla_debug import real_aiter
+    from mla_debug.real_aiter import functions
+
+    try:
+        real_aiter.require_install()
+    except ImportError as err:
+        pytest.skip(f"amd-aiter is not usable here: {err}")
+    return functions.shuffle_weight()
+
+
+def loaded_weights(seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
+    """The checkpoint: a seeded transformers attention's state dict (norm weights away from ones)."""
+    torch.manual_seed(seed)
+    attention = hf.DeepseekV3Attention(hf_config(), layer_idx=0)
+    with torch.no_grad():
+        attention.q_a_layernorm.weight.uniform_(0.5, 1.5)
+        attention.kv_a_layernorm.weight.uniform_(0.5, 1.5)
+    return {k: v.detach().to(dtype).clone() for k, v in attention.state_dict().items()}
+
+
+def block_quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An FP8 checkpoint's 128x128 block quant (e4m3fn, amax / 448), as DeepSeek's conversion writes it."""
+    n, k = w.shape
+    rows = -(-n // 128) * 128  # a last partial block of rows (kv_a_proj_with_mqa's 192) has its own scale
+    padded = torch.nn.functional.pad(w.float(), (0, 0, 0, rows - n))
+    blocks = padded.view(rows // 128, 128, k // 128, 128)
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / 448.0
+    q = (blocks / scale[:, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn).view(rows, k)[:n]
+    return q.contiguous(), scale
+
+
+def fp8_checkpoint(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, t in state.items():
+        module = name.removesuffix(".weight")
+        if module in LINEARS:
+            out[name], out[f"{module}.weight_scale_inv"] = block_quantize(t)
+        else:
+            out[name] = t
+    return out
+
+
+class Fp8Linear(nn.Module):
+    """A block-FP8 linear as an engine holds one: fp8 `weight`, fp32 `weight_scale_inv`; it quantizes its
+    input per 1x128 with aiter's torch group quant (ROW_MAJOR scale) and its GEMM reads the scale bytes in
+    `reads` order through a raw pointer (the planted defect hands a COL-reading consumer a ROW buffer)."""
+
+    def __init__(self, weight: torch.Tensor, scale: torch.Tensor, reads: str = "row") -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.weight_scale_inv = nn.Parameter(scale, requires_grad=False)
+        self.reads = reads
+        self.last_input_scale: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from mla_debug.real_aiter import functions
+
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        q, scale = functions.torch_group_quant("gfx950")(flat, quant_dtype=torch.float8_e4m3fn)
+        self.last_input_scale = scale
+        m, g = scale.shape
+        memory = scale.contiguous().view(-1)
+        read = memory.view(m, g) if self.reads == "row" else memory.view(g, m).t()
+        x_deq = (q.float().view(m, g, 128) * read.unsqueeze(-1)).view(m, -1)
+        n = self.weight.shape[0]
+        per_element = self.weight_scale_inv.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+        w = self.weight.float() * per_element
+        return (x_deq @ w.t()).to(x.dtype).view(*shape[:-1], -1)
+
+
+class PreshuffledLinear(nn.Module):
+    """A linear whose kernel expects its weight shuffled once by aiter's (16, 16) shuffle: it reads
+    element (n, k) where aiter's shuffle put it (the permutation found by shuffling distinct bytes)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, k = self.weight.shape
+        # Label every position with its index, 16 bits at a time in bf16 elements (so the shuffle sees
+        # the weight's own element size), and read where aiter's shuffle moved each label.
+        index = torch.arange(n * k, dtype=torch.int64)
+        where = torch.zeros(n * k, dtype=torch.int64)
+        for shift in (0, 16):
+            labels = ((index >> shift) & 0xFFFF).to(torch.int32).to(torch.int16).view(torch.bfloat16).view(n, k)
+            moved = aiter_shuffle()(labels).contiguous().view(torch.int16).reshape(-1).to(torch.int64) & 0xFFFF
+            where |= moved << shift
+        plain = torch.empty_like(self.weight.reshape(-1))
+        plain[where] = self.weight.reshape(-1)
+        return nn.functional.linear(x, plain.view(n, k).to(x.dtype))
+
+
+def rank_module(state: dict[str, torch.Tensor], rank: int, tp: int) -> nn.Module:
+    """One rank's attention: Nh/t heads, its shards of q_b_proj / kv_b_proj (rows) and o_proj (columns)."""
+    dtype = state["q_a_proj.weight"].dtype
+    attention = hf.DeepseekV3Attention(hf_config(HEADS // tp), layer_idx=0).to(dtype).eval()
+    with torch.no_grad():
+        for name, param in attention.state_dict().items():
+            full = state[name]
+            module = name.removesuffix(".weight")
+            if module in COLUMN:
+                full = full.chunk(tp, dim=0)[rank]
+            elif module in ROW:
+                full = full.chunk(tp, dim=1)[rank]
+            param.copy_(full.to(param.dtype))
+    return attention
+
+
+def use_fp8(attention: nn.Module, ckpt: dict[str, torch.Tensor], rank: int, tp: int, reads: dict[str, str]) -> None:
+    """Replace every linear with an Fp8Linear holding this rank's shard of the FP8 checkpoint."""
+    for module in LINEARS:
+        w, s = ckpt[f"{module}.weight"], ckpt[f"{module}.weight_scale_inv"]
+        if module in COLUMN:
+            w, s = w.chunk(tp, 0)[rank], s.chunk(tp, 0)[rank]
+        elif module in ROW:
+            w, s = w.chunk(tp, 1)[rank], s.chunk(tp, 1)[rank]
+        setattr(attention, module, Fp8Linear(w.contiguous(), s.contiguous(), reads.get(module, "row")))
+
+
+def inputs(tokens: int = 8, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(tokens, 512, generator=gen).to(torch.bfloat16), torch.arange(3, 3 + tokens)
+
+
+def _shard_of(module: str, tensor_name: str) -> tuple[Shard, int | None]:
+    if module in COLUMN:
+        return Shard.SPLIT, 0
+    if module in ROW:
+        return Shard.SPLIT, 1
+    return Shard.REPLICATED, None
+
+
+def run_rank(attention: nn.Module, hidden: torch.Tensor, positions: torch.Tensor, rank: int, tp: int):
+    """Forward one rank with hooks on every canonical module; returns its captured tensors by name."""
+    tensors: dict[str, CapturedTensor] = {}
+    hooks = []
+
+    def record(name):
+        def hook(module, args, output):
+            x, y = args[0].reshape(-1, args[0].shape[-1]), output.reshape(-1, output.shape[-1])
+            split_out = name in COLUMN and tp > 1
+            tensors[f"{name}.input"] = CapturedTensor(
+                f"{name}.input",
+                TensorRole.INPUT,
+                x.detach().clone(),
+                STEPS[name],
+                shard=Shard.SPLIT if name in ROW and tp > 1 else Shard.REPLICATED,
+                shard_dim=1 if name in ROW and tp > 1 else None,
+            )
+            out_shard = (
+                Shard.SPLIT if split_out else (Shard.PARTIAL_SUM if name in ROW and tp > 1 else Shard.REPLICATED)
+            )
+            tensors[f"{name}.output"] = CapturedTensor(
+                f"{name}.output",
+                TensorRole.OUTPUT,
+                y.detach().clone(),
+                STEPS[name],
+                shard=out_shard,
+                shard_dim=1 if split_out else None,
+            )
+            scale = getattr(module, "last_input_scale", None)
+            if scale is not None:
+                tensors[f"{name}.input_scale"] = CapturedTensor(
+                    f"{name}.input_scale",
+                    TensorRole.INPUT_SCALE,
+                    scale.detach().clone(),
+                    STEPS[name],
+                    shard=tensors[f"{name}.input"].shard,
+                    shard_dim=tensors[f"{name}.input"].shard_dim,
+                )
+
+        return hook
+
+    for name in LINEARS + NORMS:
+        hooks.append(getattr(attention, name).register_forward_hook(record(name)))
+    rotary = hf.DeepseekV3RotaryEmbedding(hf_config())
+    x = hidden.unsqueeze(0)
+    cos, sin = rotary(x.float(), positions.unsqueeze(0))
+    t = hidden.shape[0]
+    mask = torch.full((t, t), float("-inf")).triu(1).view(1, 1, t, t)
+    try:
+        with torch.no_grad():
+            attention(x, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)), attention_mask=mask.to(x.dtype))
+    finally:
+        for h in hooks:
+            h.remove()
+    for name in LINEARS + NORMS:
+        module = getattr(attention, name)
+        for attr, role in (("weight", TensorRole.WEIGHT), ("weight_scale_inv", TensorRole.WEIGHT_SCALE)):
+            value = getattr(module, attr, None)
+            if value is None:
+                continue
+            shard, dim = _shard_of(name, attr) if tp > 1 else (Shard.REPLICATED, None)
+            full = f"{name}.{attr}"
+            tensors[full] = CapturedTensor(
+                full, role, value.detach().clone(), None, f"self_attn.{full}", shard=shard, shard_dim=dim
+            )
+    w_uk = getattr(attention, "W_UK", None)
+    if w_uk is not None:
+        tensors["W_UK"] = CapturedTensor(
+            "W_UK",
+            TensorRole.DERIVED_WEIGHT,
+            w_uk,
+            "absorb_uk",
+            "self_attn.W_UK",
+            shard=Shard.SPLIT if tp > 1 else Shard.REPLICATED,
+            shard_dim=0 if tp > 1 else None,
+        )
+    tensors["layer.input"] = CapturedTensor("layer.input", TensorRole.INPUT, hidden, "fused_qkv_a")
+    return tensors
+
+
+def capture_ranks(modules: list[nn.Module], hidden: torch.Tensor, positions: torch.Tensor, note: str = "") -> Capture:
+    tp = len(modules)
+    ranks = [RankCapture(r, tp, run_rank(m, hidden, positions, r, tp)) for r, m in enumerate(modules)]
+    partials = [rk.tensors["o_proj.output"].tensor for rk in ranks]
+    total = md.parallel.gather.sum_in_rank_order(partials).to(partials[0].dtype)
+    for rk in ranks:
+        rk.tensors["layer.output"] = CapturedTensor("layer.output", TensorRole.OUTPUT, total, "o_proj")
+    cfg = md.MLAConfig.from_hf(hf_config().to_dict(), name="hf-tiny")
+    manifest = CaptureManifest(
+        engine=EngineInfo("transformers", transformers.__version__),
+        cfg=cfg,
+        layer=0,
+        tp_size=tp,
+        positions=tuple(int(p) for p in positions),
+        tokens=tuple(range(hidden.shape[0])),
+        model_type="deepseek_v3",
+        mode="prefill",
+        note=note,
+    )
+    return Capture(manifest, ranks)
+
+
+def capture(
+    state, tp: int, hidden, positions, plant=None, fp8: dict[str, torch.Tensor] | None = None, reads=None
+) -> Capture:
+    """Capture the engine at `tp`; `plant(module, rank, tp)` edits each loaded rank module (the defect)."""
+    modules = []
+    for rank in range(tp):
+        module = rank_module(state, rank, tp)
+        if fp8 is not None:
+            use_fp8(module, fp8, rank, tp, reads or {})
+        if plant is not None:
+            plant(module, rank, tp)
+        modules.append(module)
+    return capture_ranks(modules, hidden, positions)
