@@ -13,7 +13,7 @@ from ..analysis.caveats import Caveat, CaveatKind
 from ..analysis.positions import TokenPositions
 
 # Tensor names listed in full up to this many; beyond, the count and the first few.
-_SHOWN = 6
+_SHOWN = 8
 
 
 @dataclass(frozen=True)
