@@ -200,7 +200,9 @@ def test_transformers_fp8_leaves_a_partial_block_weight_dense_and_the_layer_is_r
     assert quantized.model.layers[0].self_attn.kv_a_proj_with_mqa.weight.dtype == torch.bfloat16
     with pytest.raises(ValueError) as err:
         Checkpoint.load(folder, layer=0)
-    assert "kv_a_proj_with_mqa.weight_scale_inv: present but kv_a_proj_with_mqa.weight is torch.bfloat16" in str(err.value)
+    assert "kv_a_proj_with_mqa.weight_scale_inv: present but kv_a_proj_with_mqa.weight is torch.bfloat16" in str(
+        err.value
+    )
     assert "mixed linear weights" in str(err.value)
 
 
