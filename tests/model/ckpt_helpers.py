@@ -240,3 +240,30 @@ def transformers_config(config: dict):
 
     cls = transformers.DeepseekV32Config if config["model_type"] == "deepseek_v32" else transformers.DeepseekV3Config
     return cls(**{k: v for k, v in config.items() if k not in ("architectures", "model_type", "torch_dtype")})
+
+
+def fp8_cast_bf16(src, dst):
+    """What DeepSeek's fp8_cast_bf16.py makes of an FP8 checkpoint: every fp8 weight times its block scale,
+    in bf16, the scales dropped, quantization_config removed from config.json."""
+    from safetensors.torch import load_file
+
+    dst.mkdir()
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    weight_map = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        tensors = load_file(str(src / shard))
+        out = {}
+        for key, tensor in tensors.items():
+            if key.endswith("_scale_inv"):
+                continue
+            if tensor.dtype == torch.float8_e4m3fn:
+                scale = tensors[key.removesuffix(".weight") + ".weight_scale_inv"]
+                tensor = deepseek_dequantize(tensor, scale).to(torch.bfloat16)
+            out[key] = tensor
+        save_file(out, str(dst / shard))
+        weight_map.update({key: shard for key in out})
+    (dst / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    config = json.loads((src / "config.json").read_text())
+    del config["quantization_config"]
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
