@@ -49,11 +49,13 @@ def write_sharded(folder: Path, cfg: MLAConfig, shards: dict[str, dict[str, torc
 
 
 class SafeOpenSpy:
-    """Wraps `safe_open` inside mla_debug.model.checkpoint, recording opened files and fetched keys."""
+    """Wraps `safe_open` inside mla_debug.model.checkpoint, recording opened files, fetched keys and keys
+    whose header entry (dtype, shape) was looked at."""
 
     def __init__(self, monkeypatch) -> None:
         self.opened: list[str] = []
         self.fetched: list[str] = []
+        self.sliced: list[str] = []
         real = checkpoint_module.safe_open
         spy = self
 
@@ -75,6 +77,11 @@ class SafeOpenSpy:
             def get_tensor(self, key):
                 spy.fetched.append(key)
                 return self._handle.get_tensor(key)
+
+            def get_slice(self, key):
+                # The header's dtype and shape of `key`; indexing the slice would read bytes, so it counts.
+                spy.sliced.append(key)
+                return self._handle.get_slice(key)
 
         monkeypatch.setattr(checkpoint_module, "safe_open", Handle)
 
