@@ -1,7 +1,8 @@
-"""Run diffs, TP triage, culprit bisection and activation patching, triage reports as plain data; the fused
-norm+quant accuracy study."""
+"""Run diffs, TP triage, culprit bisection and activation patching, triage reports as plain data (with the
+caveats of a triage and its tokens' positions); the fused norm+quant accuracy study."""
 
 from .bisection import BisectStats, Culprit, KnownFix, Remedy
+from .caveats import Caveat, CaveatKind
 from .changes import Change, RemedyKind, candidate_changes, candidate_workarounds
 from .diff import RunDiff, StepDiff, block_errors, compare
 from .noise import DIVERGENCE_FACTOR, MIN_THRESHOLD, dense_twin, step_floor
@@ -9,6 +10,7 @@ from .normquant_accuracy import PATHS, NormQuantAccuracy, fp8_spacing, measure_a
 from .normquant_inputs import DISTRIBUTIONS, NormQuantInputs, distribution_names, make_inputs
 from .normquant_study import NormQuantStudy, accuracy_study
 from .patching import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery, confirm_by_patching, patch_steps
+from .positions import TokenPositions
 from .provenance import Provenance, WeightsSource
 from .report import BlockErrors, RunReport, TriageReport, load_triage, write_json
 from .triage import ConfigResult, CulpritGroup, TriageResult, Workbench, bisect, triage
@@ -20,6 +22,8 @@ __all__ = [
     "PATHS",
     "BisectStats",
     "BlockErrors",
+    "Caveat",
+    "CaveatKind",
     "Change",
     "ConfigResult",
     "Culprit",
@@ -38,6 +42,7 @@ __all__ = [
     "RunReport",
     "StepDiff",
     "StepRecovery",
+    "TokenPositions",
     "TriageReport",
     "TriageResult",
     "WeightsSource",

@@ -4,7 +4,9 @@ A `Checkpoint` holds the tensors of ONE layer's attention under Hugging Face sho
 (``q_b_proj.weight``, ``q_b_proj.weight_scale_inv``, ...), validated against the `MLAConfig`: every
 tensor present, each with its expected shape and dtype. Linear weights are either all FP8 with an fp32
 128x128 block scale (``weight_scale_inv``, which MULTIPLIES on dequantization, SEMANTICS 2) or all dense
-(bf16/fp16/fp32); norm weights are never quantized.
+(bf16/fp16/fp32); norm weights are never quantized. Tensors the toolkit recognises and does not model
+(DeepSeek-V3.2's indexer, `model.indexer`) are skipped and named; a dense layer is quantized by a named
+recipe with `quantized_with` (`model.weight_recipe`).
 
 Loading reads only the requested layer's ``self_attn`` tensors, lazily, from the shards that hold them
 (a DeepSeek-V3 checkpoint is 163 files and ~700 GB). Only safetensors is read: pickle files (``.bin``,
@@ -510,8 +512,9 @@ class Checkpoint:
 
         Keys may be bare (``q_a_proj.weight``, an attention module's state dict), ``self_attn.``-prefixed
         or ``model.layers.N.self_attn.``-prefixed; with several layers present `layer` picks one. Keys
-        outside the attention (mlp, other layers) are ignored; unknown attention keys (biases) raise
-        unless ``ignore_extra``. Already-fp8 weights need their ``weight_scale_inv``. ``quantize=True``
+        outside the attention (mlp, other layers) are ignored; DeepSeek-V3.2's indexer tensors (for a
+        config with the indexer) are skipped and named in ``unmodelled``; other unknown attention keys
+        (biases) raise unless ``ignore_extra``, which skips them and names them in ``ignored``. Already-fp8 weights need their ``weight_scale_inv``. ``quantize=True``
         block-quantizes dense linear weights to `fmt` (deepseek flavor). Tensors are detached, not copied.
 
         >>> attn = DeepseekV3Attention(config, layer_idx=0)
@@ -561,7 +564,9 @@ class Checkpoint:
         The config comes from ``config.json`` unless `cfg` is given. With ``model.safetensors.index.json``
         only the shards that hold the layer's ``self_attn`` tensors are opened; without one, each file's
         header is read (safetensors opens lazily) and only the layer's tensors are fetched. Pickle
-        weights (.bin/.pt/.pth) are refused.
+        weights (.bin/.pt/.pth) are refused. DeepSeek-V3.2's indexer tensors are named in ``unmodelled``
+        and never read; ``ignore_extra`` skips other unknown attention tensors (named in ``ignored``)
+        instead of refusing them.
 
         >>> ckpt = Checkpoint.load("/models/DeepSeek-V3", layer=3)
         """
