@@ -16,6 +16,7 @@ from rich.console import Console
 
 import mla_debug as md
 from mla_debug import Checkpoint, MLAConfig
+from mla_debug.analysis.positions import TokenPositions
 from mla_debug.cli import build_parser, main
 from mla_debug.cli.main import _error_text
 from mla_debug.cli.triage import render
@@ -404,6 +405,9 @@ def _result(violations: str, step: str = "absorbed_decode_with_a_long_step_name"
         bisection=SimpleNamespace(trials=0),
         provenance=None,
         source_schema=3,
+        positions=TokenPositions(),
+        caveats=[],
+        caveats_recorded=False,
         confirmation=lambda tp, mode: None,
     )
 

@@ -1,11 +1,13 @@
-"""Run diffs, TP triage, culprit bisection and activation patching, triage reports as plain data; the fused
-norm+quant accuracy study; the layout diff and explanation of captured layers."""
+"""Run diffs, TP triage, culprit bisection and activation patching, triage reports as plain data (with the
+caveats of a triage and its tokens' positions); the fused norm+quant accuracy study; the layout diff and
+explanation of captured layers."""
 
 from .bisection import BisectStats, Culprit, KnownFix, Remedy
 from .capture_diff import CaptureDiff, diff_captures, load_capture_diff
 from .capture_explain import CaptureExplanation, explain_capture, load_capture_explanation
 from .capture_reference import reference_capture, run_capture
 from .capture_stories import StoryKind
+from .caveats import Caveat, CaveatKind
 from .changes import Change, RemedyKind, candidate_changes, candidate_workarounds
 from .diff import RunDiff, StepDiff, block_errors, compare
 from .noise import DIVERGENCE_FACTOR, MIN_THRESHOLD, dense_twin, step_floor
@@ -13,6 +15,7 @@ from .normquant_accuracy import PATHS, NormQuantAccuracy, fp8_spacing, measure_a
 from .normquant_inputs import DISTRIBUTIONS, NormQuantInputs, distribution_names, make_inputs
 from .normquant_study import NormQuantStudy, accuracy_study
 from .patching import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery, confirm_by_patching, patch_steps
+from .positions import TokenPositions
 from .provenance import Provenance, WeightsSource
 from .report import BlockErrors, RunReport, TriageReport, load_triage, write_json
 from .triage import ConfigResult, CulpritGroup, TriageResult, Workbench, bisect, triage
@@ -26,6 +29,8 @@ __all__ = [
     "BlockErrors",
     "CaptureDiff",
     "CaptureExplanation",
+    "Caveat",
+    "CaveatKind",
     "Change",
     "ConfigResult",
     "Culprit",
@@ -45,6 +50,7 @@ __all__ = [
     "RunReport",
     "StepDiff",
     "StepRecovery",
+    "TokenPositions",
     "TriageReport",
     "TriageResult",
     "WeightsSource",

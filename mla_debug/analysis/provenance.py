@@ -12,21 +12,33 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from .positions import TokenPositions
+
 
 @dataclass(frozen=True)
 class WeightsSource:
-    """Synthetic weights (with their seed) or a checkpoint (where it was read, which layer)."""
+    """Synthetic weights (with their seed) or a checkpoint (where it was read, which layer); `recipe`
+    (`WeightRecipe.to_dict()`) when a dense checkpoint was block-quantized here before the triage."""
 
     kind: str  # "synthetic" or "checkpoint"
     seed: int | None = None
     path: str | None = None
     layer: int | None = None
+    recipe: dict[str, Any] | None = None
 
     def describe(self) -> str:
         if self.kind == "synthetic":
             return f"synthetic, seed {self.seed}"
         where = self.path or "a Checkpoint object"
-        return f"checkpoint {where}, layer {self.layer}"
+        text = f"checkpoint {where}, layer {self.layer}"
+        if self.recipe is not None:
+            block = "x".join(str(b) for b in self.recipe["block"])
+            power = ", power-of-two scales" if self.recipe.get("ue8m0") else ""
+            text += (
+                f", dense weights block-quantized here ({self.recipe['flavor']} recipe, {self.recipe['fmt']}, "
+                f"{block} blocks{power})"
+            )
+        return text
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,8 @@ class Provenance:
     # The same table's source as data (TableSource.to_dict(): origin embedded/files/env/installed-aiter,
     # files, aiter version or commit); None in reports written before it was recorded.
     tuned_table_source: dict[str, Any] | None = None
+    # TokenPositions.to_dict() of the tokens (None in reports written before positions were recorded: 0..).
+    positions: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,8 +77,16 @@ class Provenance:
 
     def line(self) -> str:
         """One line for a terminal: weights, inputs, yardsticks, versions."""
+        where = ""
+        if self.positions is not None and (self.positions.get("explicit") is not None or self.positions.get("start")):
+            values = TokenPositions.from_dict(self.positions).values(self.tokens)
+            where = (
+                f" at positions {values[0]}..{values[-1]}"
+                if self.positions.get("explicit") is None
+                else (f" at explicit positions {min(values)}..{max(values)}")
+            )
         return (
-            f"weights {self.weights.describe()}; {self.tokens} tokens, seed {self.seed}; on {self.device}; "
+            f"weights {self.weights.describe()}; {self.tokens} tokens{where}, seed {self.seed}; on {self.device}; "
             f"threshold max({self.divergence_factor:g} x floor, {self.min_threshold:g}); "
             f"tuned table: {self.tuned_table}; mla_debug {self.mla_debug_version}, torch {self.torch_version}"
         )
@@ -81,7 +103,10 @@ def collect(bench, scen, factor: float) -> Provenance:
     if bench.checkpoint_source is None:
         weights = WeightsSource("synthetic", seed=bench.seed)
     else:
-        weights = WeightsSource("checkpoint", path=bench.checkpoint_source or None, layer=bench.ckpt.layer)
+        recipe = None if bench.recipe is None else bench.recipe.to_dict()
+        weights = WeightsSource(
+            "checkpoint", path=bench.checkpoint_source or None, layer=bench.ckpt.layer, recipe=recipe
+        )
     return Provenance(
         mla_debug_version=__version__,
         torch_version=torch.__version__,
@@ -98,4 +123,5 @@ def collect(bench, scen, factor: float) -> Provenance:
         tuned_table=table.source,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         tuned_table_source=None if table.origin is None else table.origin.to_dict(),
+        positions=TokenPositions.of(bench.positions).to_dict(),
     )

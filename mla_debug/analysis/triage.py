@@ -16,15 +16,19 @@ import torch
 
 from ..kernels import TunedTable
 from ..model import Checkpoint, MLAConfig
-from ..model.preflight import check_layer_options
+from ..model.indexer import warn_if_inexact
+from ..model.preflight import check_layer_options, layer_config, layer_positions
+from ..model.weight_recipe import WeightRecipe, require_fp8
 from ..parallel import MLALayer, Patch, check_device
 from ..parallel.observe import RunDescription, announce, parts_of_one_result
 from ..scenarios import SCENARIOS, Resolution, Scenario
 from ..scenarios import scenario as scenario_of
 from .bisection import Bisector, BisectStats, Culprit, CulpritGroup, KnownFix, Remedy, group_culprits, progress_bar
+from .caveats import Caveat, caveats_of
 from .diff import RunDiff, block_errors, compare, diverges
 from .noise import DIVERGENCE_FACTOR, dense_twin, step_floor
 from .patching import PatchConfirmation, confirm_by_patching
+from .positions import TokenPositions
 from .provenance import Provenance, collect
 from .report import RunReport, TriageReport, report_of, write_json
 from .reuse import LayerCache
@@ -54,41 +58,71 @@ class Workbench:
 
     ``reuse=False`` builds every layer from scratch (as `MLALayer` does) and disables the outcome memo
     and the pruning that rest on it: slower, and the yardstick the reuse is tested against.
+
+    The tokens sit at ``start_position, start_position + 1, ...`` (default 0), or at explicit
+    ``positions`` (one per token; `tokens` then defaults to their number); every one must lie below the
+    config's max_position_embeddings. A checkpoint with dense linear weights is refused
+    (`model.weight_recipe.DenseWeightsError`: a dense run cannot show an FP8 bug) unless ``quantize``
+    names the recipe that block-quantizes them first (``"deepseek"``: DeepSeek's released-checkpoint
+    recipe). ``ignore_extra`` skips unknown attention tensors of a checkpoint folder (named in the
+    caveats). `caveats` lists what the verdicts do not cover (`analysis.caveats`); a DeepSeek-V3.2
+    layer with more tokens than its ``index_topk`` also warns (`model.indexer.SparseAttentionWarning`).
     """
 
     def __init__(
         self,
         model: str | MLAConfig = "deepseek-v3",
         platform="mi355x",
-        tokens: int = 16,
+        tokens: int | None = None,
         seed: int = 0,
         checkpoint: Checkpoint | str | Path | None = None,
         layer: int = 0,
         progress=None,
         device: str | None = None,
         reuse: bool = True,
+        *,
+        start_position: int = 0,
+        positions=None,
+        quantize: str | None = None,
+        ignore_extra: bool = False,
     ) -> None:
         from ..kernels import platform as platform_of
 
+        if tokens is None:
+            tokens = 16 if positions is None else len(positions)
         if tokens < 1:
             raise ValueError(f"tokens={tokens} must be >= 1")
         self.platform = platform_of(platform)
         self.device = workbench_device(device, self.platform)
+        # Positions are known from the config alone: a bad start fails before any weight is built or read.
+        self.positions = layer_positions(layer_config(model, checkpoint), tokens, start_position, positions)
         if checkpoint is None:
-            self.cfg = model if isinstance(model, MLAConfig) else MLAConfig.preset(model)
-            self.ckpt = Checkpoint.synthetic(self.cfg, seed=seed, progress=progress)
+            if quantize is not None:
+                raise ValueError(
+                    f"quantize={quantize!r}: synthetic weights are block-quantized already (DeepSeek's recipe); "
+                    "a recipe applies to a dense checkpoint"
+                )
+            cfg = model if isinstance(model, MLAConfig) else MLAConfig.preset(model)
+            ckpt = Checkpoint.synthetic(cfg, seed=seed, progress=progress)
             self.checkpoint_source: str | None = None
         else:
-            self.ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.load(checkpoint, layer=layer)
-            self.cfg = self.ckpt.cfg
-            self.checkpoint_source = self.ckpt.source or (
-                str(checkpoint) if not isinstance(checkpoint, Checkpoint) else ""
-            )
-        self.ckpt = self.ckpt.to(self.device)  # once, not per layer built
+            if isinstance(checkpoint, Checkpoint):
+                ckpt = checkpoint
+            else:
+                ckpt = Checkpoint.load(checkpoint, layer=layer, ignore_extra=ignore_extra)
+            self.checkpoint_source = ckpt.source or (str(checkpoint) if not isinstance(checkpoint, Checkpoint) else "")
+            require_fp8(ckpt.quantized, quantize, f"checkpoint {ckpt.source or ckpt.cfg.name} layer {ckpt.layer}")
+        # How dense weights were made FP8 here (None: the weights are the checkpoint's, or synthetic).
+        self.recipe: WeightRecipe | None = None if quantize is None else WeightRecipe.for_config(ckpt.cfg, quantize)
+        if self.recipe is not None:
+            ckpt = ckpt.quantized_with(self.recipe)
+        self.ckpt = ckpt.to(self.device)  # once, not per layer built
+        self.cfg = self.ckpt.cfg
         self.tokens, self.seed = tokens, seed
+        self.caveats: list[Caveat] = caveats_of(self.ckpt, tokens, self.recipe)
+        warn_if_inexact(self.cfg, tokens)
         gen = torch.Generator().manual_seed(seed)
         self.hidden = torch.randn(tokens, self.cfg.hidden_size, generator=gen).to(torch.bfloat16)
-        self.positions = torch.arange(tokens)
         self._truth: dict[str, object] = {}
         self._reference: dict[tuple[int, str], object] = {}
         self._floor: dict[tuple[int, str], dict[str, float]] = {}
@@ -267,7 +301,9 @@ class TriageResult:
     restore everything downstream, and if not, which further steps must be patched?).
 
     `report()` is the same as plain data - what the HTML report (`md.write_html`), the terminal and a
-    saved JSON show; `to_json` writes it.
+    saved JSON show; `to_json` writes it. `positions` says where the tokens sat in the sequence;
+    `caveats` what the verdicts do not cover (`analysis.caveats`: V3.2's indexer not modelled, weights
+    quantized here, tensors ignored).
     """
 
     model: str
@@ -288,6 +324,8 @@ class TriageResult:
     # How an engine profile was resolved on the platform (engine, settings in effect, rules applied);
     # None for a scenario that is no profile.
     profile: Resolution | None = None
+    positions: TokenPositions = field(default_factory=TokenPositions)
+    caveats: list[Caveat] = field(default_factory=list)
     _report: TriageReport | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -351,7 +389,7 @@ class TriageResult:
         return self._report
 
     def to_dict(self) -> dict:
-        """The report's JSON data (schema 4; see `analysis.report`)."""
+        """The report's JSON data (schema 5; see `analysis.report`)."""
         return self.report().to_dict()
 
     def to_json(self, path) -> Path:
@@ -406,12 +444,18 @@ def triage(
     progress: bool | None = None,
     device: str | None = None,
     patching: bool = True,
+    *,
+    start_position: int = 0,
+    positions=None,
+    quantize: str | None = None,
+    ignore_extra: bool = False,
 ) -> TriageResult:
     """Run the layer at every TP size and mode under `scenario` (an engine profile is resolved on the
     platform first: `Scenario.resolve`); see TriageResult.
 
     Pass a `Workbench` to reuse its checkpoint, inputs, truth and reference runs across scenarios
-    (tokens default to 16 without one). Needs only the CPU; `device` ("cpu" or "cuda") defaults to the GPU
+    (tokens default to 16 without one). `start_position`, `positions`, `quantize` and `ignore_extra`
+    build the workbench (see `Workbench`); with one given, they are its business. Needs only the CPU; `device` ("cpu" or "cuda") defaults to the GPU
     for an NVIDIA platform when one is visible (see `workbench_device`). With `patching` (the default)
     every diverged configuration is run again with its first divergent step's output taken from the
     reference, to confirm the fault is inside that step, and where it is not, with the steps that still
@@ -425,9 +469,24 @@ def triage(
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    workbench_options = {
+        "start_position": start_position,
+        "positions": positions,
+        "quantize": quantize,
+        "ignore_extra": ignore_extra,
+    }
+    given = [
+        name
+        for name, value in workbench_options.items()
+        if value is not None and value is not False and not (isinstance(value, int) and value == 0)
+    ]
     if bench is None:
         # Everything cheap first: a TP size that does not divide the heads must not wait for the weights.
-        check_layer_options(model, checkpoint, tp_sizes=tp_sizes, tokens=tokens)
+        check_layer_options(model, checkpoint, tp_sizes=tp_sizes, tokens=tokens, **workbench_options)
+    elif given:
+        raise ValueError(
+            f"{', '.join(given)}: options of the Workbench; with bench= given, build the Workbench with them"
+        )
     elif tokens is not None and tokens != bench.tokens:
         raise ValueError(f"tokens={tokens} differs from the workbench's {bench.tokens}; build another Workbench")
     elif device is not None and torch.device(device).type != bench.device.type:
@@ -438,7 +497,7 @@ def triage(
     # The many runs below are parts of the one result; it announces itself to listeners (md.profile).
     with parts_of_one_result():
         if bench is None:
-            bench = Workbench(model, platform, 16 if tokens is None else tokens, seed, checkpoint, device=device)
+            bench = Workbench(model, platform, tokens, seed, checkpoint, device=device, **workbench_options)
         # An engine profile becomes a plain scenario for this platform here, so every run and every
         # bisection change below acts on resolved fields (a change replaces fields; rules would undo it).
         scen = scen.resolve(bench.platform)
@@ -480,5 +539,7 @@ def triage(
             bisection=bisector.stats,
             patching=patched,
             profile=scen.resolution,
+            positions=TokenPositions.of(bench.positions),
+            caveats=list(bench.caveats),
         )
     return announce(result)

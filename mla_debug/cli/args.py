@@ -1,5 +1,6 @@
 """The options several subcommands share, defined once so that `--model`, `--platform`, `--scenario`,
-`--set`, `--tp`, `--tokens`, `--seed`, `--device` and `--checkpoint` mean and say the same thing everywhere.
+`--set`, `--tp`, `--tokens`, `--seed`, `--device`, `--checkpoint` (with `--layer`, `--ignore-extra`,
+`--quantize`), `--start-position` mean and say the same thing everywhere.
 
 Each function adds one option to a parser; a subcommand passes only what differs (its default, whether
 it takes one value or several). The lists of valid names come from the registries at parser-build time,
@@ -118,10 +119,42 @@ def add_device(parser: argparse.ArgumentParser, default: str | None) -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default=default, help=f"where to compute (default: {why})")
 
 
+def add_start_position(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--start-position",
+        type=int,
+        default=0,
+        metavar="N",
+        help="position of the first token; the tokens sit at N, N+1, ... (default: 0). DeepSeek's yarn RoPE "
+        "changes regime past original_max_position_embeddings (4096); must stay below max_position_embeddings",
+    )
+
+
+def add_ignore_extra(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ignore-extra",
+        action="store_true",
+        help="skip attention tensors this toolkit does not know (biases, unknown modules) instead of refusing "
+        "the checkpoint; the skipped ones are named (DeepSeek-V3.2's indexer is recognised without it)",
+    )
+
+
 def add_checkpoint(parser: argparse.ArgumentParser) -> None:
+    """`--checkpoint`, `--layer`, `--ignore-extra` and `--quantize` (the recipe for a dense checkpoint)."""
+    from ..model.weight_recipe import DEFAULT_RECIPE, recipe_names
+
     parser.add_argument(
         "--checkpoint", default=None, metavar="DIR", help="checkpoint folder (safetensors, Hugging Face layout)"
     )
     parser.add_argument(
         "--layer", type=int, default=0, metavar="N", help="layer index inside --checkpoint (default: 0)"
+    )
+    add_ignore_extra(parser)
+    parser.add_argument(
+        "--quantize",
+        default=None,
+        metavar="RECIPE",
+        help="block-quantize a dense (bf16) --checkpoint first, as a serving engine sees an FP8 checkpoint: "
+        f"{', '.join(recipe_names())} ({DEFAULT_RECIPE}: DeepSeek's released-checkpoint recipe, e4m3fn, 128x128 "
+        "blocks, scale amax/448). A dense checkpoint is refused without it: dense linears cannot show an FP8 bug",
     )

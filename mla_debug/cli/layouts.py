@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
         metavar="N",
         help="layer to read (default: 0 for a folder, the one layer of a dump)",
     )
+    from .args import add_ignore_extra
+
+    add_ignore_extra(layouts)
     layouts.set_defaults(func=_cmd_layouts)
 
 
@@ -49,7 +52,7 @@ def _cmd_layouts(args: argparse.Namespace) -> int:
     from ..layouts.forensics import compare_tensors, shuffle_fit
     from ..viz.forensics import shuffle_fit_text, verdict_text
 
-    observed, observed_about, layer = _layouts_load(args.observed, args.layer, "OBSERVED")
+    observed, observed_about, layer = _layouts_load(args.observed, args.layer, "OBSERVED", args.ignore_extra)
     if args.reference is None:
         names = _layouts_pick(args.tensor, observed, None)
         print(f"observed   {args.observed}: {observed_about}")
@@ -61,7 +64,7 @@ def _cmd_layouts(args: argparse.Namespace) -> int:
         return 0
     # Without --layer, the layer a dump holds also picks the reference's layer, so both sides agree.
     reference, reference_about, _ = _layouts_load(
-        args.reference, args.layer if args.layer is not None else layer, "REF"
+        args.reference, args.layer if args.layer is not None else layer, "REF", args.ignore_extra
     )
     comparison = compare_tensors(observed, reference, names=_layouts_pick(args.tensor, observed, reference))
     print(f"observed   {args.observed}: {observed_about}")
@@ -77,9 +80,10 @@ def _cmd_layouts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _layouts_load(text: str, layer: int | None, role: str) -> tuple[dict, str, int | None]:
+def _layouts_load(text: str, layer: int | None, role: str, ignore_extra: bool = False) -> tuple[dict, str, int | None]:
     """(tensors by short name, where they came from in words, the layer read) of a checkpoint folder
-    (`Checkpoint.load`) or a .safetensors dump. Pickle files are refused."""
+    (`Checkpoint.load`, whose skipped tensors - DeepSeek-V3.2's indexer, unknown ones under
+    `ignore_extra` - are named in the words) or a .safetensors dump. Pickle files are refused."""
     from pathlib import Path
 
     from ..model.checkpoint import PICKLE_SUFFIXES, Checkpoint
@@ -100,12 +104,16 @@ def _layouts_load(text: str, layer: int | None, role: str) -> tuple[dict, str, i
                 f"{role} {path}: a checkpoint folder needs its config.json; to examine a dump of tensors, "
                 "pass its .safetensors file"
             )
-        ckpt = Checkpoint.load(path, layer=0 if layer is None else layer)
-        return (
-            dict(ckpt.tensors),
-            f"checkpoint {ckpt.cfg.name} layer {ckpt.layer}, {len(ckpt.tensors)} tensors",
-            ckpt.layer,
-        )
+        ckpt = Checkpoint.load(path, layer=0 if layer is None else layer, ignore_extra=ignore_extra)
+        about = f"checkpoint {ckpt.cfg.name} layer {ckpt.layer}, {len(ckpt.tensors)} tensors"
+        if ckpt.unmodelled:
+            about += (
+                f"; indexer present, not modelled (DeepSeek-V3.2's sparse top-k indexer; "
+                f"{len(ckpt.unmodelled)} tensors not read: {', '.join(ckpt.unmodelled)})"
+            )
+        if ckpt.ignored:
+            about += f"; ignored (--ignore-extra): {', '.join(ckpt.ignored)}"
+        return dict(ckpt.tensors), about, ckpt.layer
     if path.suffix.lower() != ".safetensors":
         raise ValueError(f"{role} {path}: neither a checkpoint folder nor a .safetensors file")
     return _layouts_read_dump(path, layer, role)

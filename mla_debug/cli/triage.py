@@ -21,6 +21,7 @@ def add_parser(sub) -> None:
         add_platform,
         add_scenario,
         add_seed,
+        add_start_position,
         add_tokens,
         add_tp,
     )
@@ -37,6 +38,7 @@ def add_parser(sub) -> None:
     add_scenario(parser, several=True)
     add_tp(parser, [1, 2, 4, 8])
     add_tokens(parser)
+    add_start_position(parser)
     parser.add_argument(
         "--modes",
         nargs="+",
@@ -71,8 +73,14 @@ def _paths_for(base: str | None, scenario: str, several: bool) -> Path | None:
 
 
 def _summary_table(result, violations: bool) -> Table:
-    """The summary of a TriageReport as a rich table (diverged rows in red)."""
-    table = Table(title=f"{result.model} on {result.platform} under {result.scenario} ({result.tokens} tokens)")
+    """The summary of a TriageReport as a rich table (diverged rows in red); the title says where the
+    tokens sat."""
+    from ..viz.caveats import positions_text
+
+    where = positions_text(result.positions, result.tokens)
+    table = Table(
+        title=f"{result.model} on {result.platform} under {result.scenario} ({result.tokens} tokens at {where})"
+    )
     columns = ("TP", "mode", "verdict", "first divergent step", "worst step", "worst rel err")
     for column in columns + (("violations",) if violations else ()):
         # A narrow column folds a long step name onto the next line; rich's default would cut it to "..."
@@ -102,12 +110,27 @@ def render(result, console: Console) -> None:
     if below:
         table = _summary_table(result, violations=False)
     console.print(table)
+    render_caveats(result, console)
     render_profile(getattr(result, "profile", None), console)
     if below:
         for row in result.summary.itertuples():
             if row.violations:
                 console.print(f"TP{row.tp} {row.mode} violations: {row.violations}", style="red", soft_wrap=True)
     render_culprits(result, console)
+
+
+def render_caveats(result, console: Console) -> None:
+    """What the verdicts do not cover, one line each (`viz.caveats`); the one that makes the numbers
+    differ from the model's in red. A report older than schema 5 says its caveats were not recorded."""
+    from rich.markup import escape
+
+    from ..viz.caveats import caveat_lines
+
+    if not result.caveats_recorded:
+        console.print(f"[dim]caveats: not recorded (a schema {result.source_schema} report)[/]")
+    for line in caveat_lines(result.caveats):
+        style = "bold red" if line.warning else "yellow"
+        console.print(f"[{style}]{escape(line.label)}[/]: {escape(line.text)}", soft_wrap=True)
 
 
 def render_profile(resolution, console: Console, rules: bool = True) -> None:
@@ -149,7 +172,8 @@ def render_culprits(result, console: Console) -> None:
         style = None if line.recorded else "yellow"
         console.print(f"[bold]activation patching[/] at {escape(line.line)}", style=style)
     if not result.diverged_runs:
-        console.print("[green]every TP size and mode matches the reference within its FP8 noise floor[/]")
+        within = " - within the caveats above" if result.caveats else ""
+        console.print(f"[green]every TP size and mode matches the reference within its FP8 noise floor{within}[/]")
     if result.diverged_runs and result.bisection is not None and result.bisection.trials:
         console.print(f"[dim]{escape(bisection_line(result.bisection))}[/]")
     if result.provenance is not None:
@@ -174,7 +198,18 @@ def check_args(args: argparse.Namespace) -> tuple[list, object]:
     plat = platform_of(args.platform)
     settings = parse_settings(args.settings)
     scenarios = [scenario_with_settings(spec, settings) for spec in args.scenario]
-    check_layer_options(args.model, args.checkpoint, tp_sizes=args.tp, tokens=args.tokens, layer=args.layer)
+    check_layer_options(
+        args.model,
+        args.checkpoint,
+        tp_sizes=args.tp,
+        tokens=args.tokens,
+        layer=args.layer,
+        start_position=args.start_position,
+        quantize=args.quantize,
+        ignore_extra=args.ignore_extra,
+    )
+    if args.checkpoint is None and args.ignore_extra:
+        raise ValueError("--ignore-extra applies to a --checkpoint; synthetic weights hold no unknown tensors")
     workbench_device(args.device, plat)
     return scenarios, plat
 
@@ -186,7 +221,18 @@ def run(args: argparse.Namespace) -> int:
 
     scenarios, plat = check_args(args)
     console = Console()
-    bench = Workbench(args.model, plat, args.tokens, args.seed, args.checkpoint, layer=args.layer, device=args.device)
+    bench = Workbench(
+        args.model,
+        plat,
+        args.tokens,
+        args.seed,
+        args.checkpoint,
+        layer=args.layer,
+        device=args.device,
+        start_position=args.start_position,
+        quantize=args.quantize,
+        ignore_extra=args.ignore_extra,
+    )
     several = len(scenarios) > 1
     plain = dict(soft_wrap=True, markup=False, highlight=False)  # paths whole, a '[' in them is no markup
     for scen in scenarios:

@@ -4,7 +4,9 @@ A `Checkpoint` holds the tensors of ONE layer's attention under Hugging Face sho
 (``q_b_proj.weight``, ``q_b_proj.weight_scale_inv``, ...), validated against the `MLAConfig`: every
 tensor present, each with its expected shape and dtype. Linear weights are either all FP8 with an fp32
 128x128 block scale (``weight_scale_inv``, which MULTIPLIES on dequantization, SEMANTICS 2) or all dense
-(bf16/fp16/fp32); norm weights are never quantized.
+(bf16/fp16/fp32); norm weights are never quantized. Tensors the toolkit recognises and does not model
+(DeepSeek-V3.2's indexer, `model.indexer`) are skipped and named; a dense layer is quantized by a named
+recipe with `quantized_with` (`model.weight_recipe`).
 
 Loading reads only the requested layer's ``self_attn`` tensors, lazily, from the shards that hold them
 (a DeepSeek-V3 checkpoint is 163 files and ~700 GB). Only safetensors is read: pickle files (``.bin``,
@@ -39,7 +41,10 @@ from ..numerics import FORMATS, Fp8Format, QuantFlavor, block_dequantize, block_
 from .config import MLAConfig
 from .hf_config import to_hf_dict
 from .hf_quantization import UE8M0
+from .indexer import PREFIX as INDEXER_PREFIX
+from .indexer import indexer_keys
 from .synthetic import synthetic_tensors
+from .weight_recipe import WeightRecipe
 
 SCALE_SUFFIX = ".weight_scale_inv"
 WEIGHT_SUFFIX = ".weight"
@@ -201,15 +206,28 @@ def _ranges(values: list[int]) -> str:
     return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class _Selection:
+    """One layer's attention tensors picked out of a key list: {short key: original key} of those read,
+    and the short keys skipped - recognised but not modelled (V3.2's indexer), or unknown and ignored."""
+
+    layer: int
+    mapping: dict[str, str]
+    unmodelled: tuple[str, ...]
+    ignored: tuple[str, ...]
+
+
 def _select_attention(
     keys: Iterable[str], layer: int | None, cfg: MLAConfig, where: str, ignore_extra: bool
-) -> tuple[int, dict[str, str]]:
-    """Pick one layer's attention tensors out of a key list. Returns (layer, {short key: original key}).
+) -> _Selection:
+    """Pick one layer's attention tensors out of a key list.
 
     Keys may be bare (an attention module's state dict), ``self_attn.``-prefixed (a decoder layer's) or
     ``...layers.N.self_attn.``-prefixed (a model's). Keys under another namespace (mlp, other layers,
-    embeddings) are clearly outside the attention and ignored; an unknown key inside the attention (a
-    bias, a module this toolkit does not model) is an error unless ``ignore_extra``.
+    embeddings) are clearly outside the attention and ignored. Inside the attention, DeepSeek-V3.2's
+    indexer tensors (when `cfg` has the indexer) are recognised and skipped as not modelled; any other
+    unknown key (a bias, a module this toolkit does not know) is an error unless ``ignore_extra``, which
+    skips it and names it.
     """
     keys = list(keys)
     known = expected_shapes(cfg, scales=True)
@@ -250,16 +268,23 @@ def _select_attention(
     else:
         mapping = {k: k for k in bare}
         layer = 0 if layer is None else layer
-    extra = sorted(short for short in mapping if short not in known)
-    if extra:
-        if not ignore_extra:
-            raise ValueError(
-                f"{where}: tensors {[mapping[s] for s in extra]} are not part of a {cfg.arch} attention layer "
-                f"(expected {sorted(known)}); biases and unmodelled modules are refused - pass "
-                "ignore_extra=True to skip them"
+    indexer = set(indexer_keys(cfg))
+    unmodelled = tuple(sorted(short for short in mapping if short in indexer))
+    extra = sorted(short for short in mapping if short not in known and short not in indexer)
+    if extra and not ignore_extra:
+        hint = ""
+        if any(short.startswith(INDEXER_PREFIX) for short in extra) and cfg.arch == "v3":
+            hint = (
+                " (DeepSeek-V3.2's indexer is recognised when the config is V3.2's: model_type deepseek_v32 "
+                "with index_n_heads, index_head_dim and index_topk)"
             )
-        mapping = {s: k for s, k in mapping.items() if s in known}
-    return layer, mapping
+        raise ValueError(
+            f"{where}: tensors {[mapping[s] for s in extra]} are not part of a {cfg.arch} attention layer "
+            f"(expected {sorted(known)}){hint}; biases and unknown modules are refused - pass "
+            "ignore_extra=True (CLI: --ignore-extra) to skip them"
+        )
+    mapping = {s: k for s, k in mapping.items() if s in known}
+    return _Selection(layer, mapping, unmodelled, tuple(extra))
 
 
 def _check_layer(layer: object) -> int:
@@ -296,6 +321,10 @@ class Checkpoint:
     ``quantized``, ``<module>.weight_scale_inv`` (fp32, one value per 128x128 block) for every linear.
     The constructor validates presence, shapes and dtypes and sets ``cfg.quantized`` to ``quantized``.
     Tensors are not copied: a checkpoint built from a module's state dict shares its storage.
+
+    ``unmodelled`` names the tensors the layer's source holds that this toolkit recognises and does not
+    model (DeepSeek-V3.2's indexer, `model.indexer`); ``ignored`` the unknown ones skipped by
+    ``ignore_extra``. Neither is read: both are sorted tuples of short names.
     """
 
     cfg: MLAConfig
@@ -303,6 +332,8 @@ class Checkpoint:
     tensors: dict[str, torch.Tensor]
     quantized: bool
     source: str = ""
+    unmodelled: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.cfg, MLAConfig):
@@ -318,15 +349,25 @@ class Checkpoint:
             raise ValueError(f"{self._where()}: quantized={self.quantized} but the checkpoint holds {have}")
         if self.cfg.quantized != self.quantized:
             self.cfg = self.cfg.with_(quantized=self.quantized)
+        for name in ("unmodelled", "ignored"):
+            keys = getattr(self, name)
+            if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+                raise TypeError(f"{self._where()}: {name} must be a sequence of tensor names, got {keys!r}")
+            setattr(self, name, tuple(keys))
 
     def _where(self) -> str:
         return f"checkpoint {self.source or self.cfg.name} layer {self.layer}"
 
     def __repr__(self) -> str:
         kind = f"fp8 {self.fmt.name}" if self.fmt else "dense"
+        skipped = "".join(
+            f", {len(keys)} {what}"
+            for what, keys in (("not modelled", self.unmodelled), ("ignored", self.ignored))
+            if keys
+        )
         return (
             f"Checkpoint({self.cfg.name}, layer {self.layer}, {kind}, {len(self.tensors)} tensors, "
-            f"{self.num_params / 1e6:.1f}M params, source={self.source!r})"
+            f"{self.num_params / 1e6:.1f}M params{skipped}, source={self.source!r})"
         )
 
     # -- views -------------------------------------------------------------------------------------
@@ -356,7 +397,7 @@ class Checkpoint:
         if all(t.device == device for t in self.tensors.values()):
             return self
         moved = {key: t.to(device) for key, t in self.tensors.items()}
-        return Checkpoint(self.cfg, self.layer, moved, self.quantized, self.source)
+        return Checkpoint(self.cfg, self.layer, moved, self.quantized, self.source, self.unmodelled, self.ignored)
 
     def linear_modules(self) -> list[str]:
         """Module names of the 2-D (linear) weights, e.g. ``["q_a_proj", "q_b_proj", ...]``."""
@@ -408,6 +449,25 @@ class Checkpoint:
         name = self._module(module, self.norm_modules(), "norm")
         weight = self.tensors[name + WEIGHT_SUFFIX]
         return weight if dtype is None else weight.to(dtype)
+
+    def quantized_with(self, recipe: WeightRecipe) -> Checkpoint:
+        """This dense checkpoint with its linear weights block-quantized by `recipe`
+        (`model.weight_recipe`; norms stay as they are); the names of skipped tensors carry over.
+        ValueError when it is FP8 already.
+
+        >>> fp8 = dense.quantized_with(WeightRecipe.for_config(dense.cfg))   # DeepSeek's recipe
+        """
+        if not isinstance(recipe, WeightRecipe):
+            raise TypeError(f"{self._where()}: recipe must be a WeightRecipe, got {type(recipe).__name__}")
+        if self.quantized:
+            raise ValueError(
+                f"{self._where()}: the linear weights are {self.fmt.name} already; a recipe quantizes dense ones"
+            )
+        cfg = self.cfg.with_(weight_block=recipe.block)
+        tensors = _quantize_dense(
+            cfg, self.tensors, fp8_format(recipe.fmt), recipe.flavor, self._where(), ue8m0=recipe.ue8m0
+        )
+        return Checkpoint(cfg, self.layer, tensors, True, self.source, self.unmodelled, self.ignored)
 
     # -- constructors ------------------------------------------------------------------------------
     @classmethod
@@ -472,8 +532,9 @@ class Checkpoint:
 
         Keys may be bare (``q_a_proj.weight``, an attention module's state dict), ``self_attn.``-prefixed
         or ``model.layers.N.self_attn.``-prefixed; with several layers present `layer` picks one. Keys
-        outside the attention (mlp, other layers) are ignored; unknown attention keys (biases) raise
-        unless ``ignore_extra``. Already-fp8 weights need their ``weight_scale_inv``. ``quantize=True``
+        outside the attention (mlp, other layers) are ignored; DeepSeek-V3.2's indexer tensors (for a
+        config with the indexer) are skipped and named in ``unmodelled``; other unknown attention keys
+        (biases) raise unless ``ignore_extra``, which skips them and names them in ``ignored``. Already-fp8 weights need their ``weight_scale_inv``. ``quantize=True``
         block-quantizes dense linear weights to `fmt` (deepseek flavor). Tensors are detached, not copied.
 
         >>> attn = DeepseekV3Attention(config, layer_idx=0)
@@ -490,15 +551,24 @@ class Checkpoint:
         bad_keys = [k for k in state_dict if not isinstance(k, str)]
         if bad_keys:
             raise TypeError(f"{source}: keys must be str, got {bad_keys[:5]}")
-        layer, mapping = _select_attention(state_dict, layer, cfg, source, ignore_extra)
+        picked = _select_attention(state_dict, layer, cfg, source, ignore_extra)
+        layer = picked.layer
         tensors: dict[str, Any] = {}
-        for short, key in mapping.items():
+        for short, key in picked.mapping.items():
             value = state_dict[key]
             tensors[short] = value.detach() if isinstance(value, torch.Tensor) else value
         if quantize:
             tensors = _quantize_dense(cfg, tensors, fp8_format(fmt), flavor, f"{source} layer {layer}")
         fp8 = _validate(cfg, tensors, f"{source} layer {layer}")
-        return cls(cfg=cfg, layer=layer, tensors=tensors, quantized=fp8 is not None, source=source)
+        return cls(
+            cfg=cfg,
+            layer=layer,
+            tensors=tensors,
+            quantized=fp8 is not None,
+            source=source,
+            unmodelled=picked.unmodelled,
+            ignored=picked.ignored,
+        )
 
     @classmethod
     def load(
@@ -514,7 +584,9 @@ class Checkpoint:
         The config comes from ``config.json`` unless `cfg` is given. With ``model.safetensors.index.json``
         only the shards that hold the layer's ``self_attn`` tensors are opened; without one, each file's
         header is read (safetensors opens lazily) and only the layer's tensors are fetched. Pickle
-        weights (.bin/.pt/.pth) are refused.
+        weights (.bin/.pt/.pth) are refused. DeepSeek-V3.2's indexer tensors are named in ``unmodelled``
+        and never read; ``ignore_extra`` skips other unknown attention tensors (named in ``ignored``)
+        instead of refusing them.
 
         >>> ckpt = Checkpoint.load("/models/DeepSeek-V3", layer=3)
         """
@@ -529,9 +601,9 @@ class Checkpoint:
             raise TypeError(f"Checkpoint.load: cfg must be an MLAConfig, got {type(cfg).__name__}")
         key_files = _key_files(path)
         where = str(path)
-        _, mapping = _select_attention(key_files, layer, cfg, where, ignore_extra)
+        picked = _select_attention(key_files, layer, cfg, where, ignore_extra)
         by_file: dict[Path, list[tuple[str, str]]] = {}
-        for short, key in mapping.items():
+        for short, key in picked.mapping.items():
             by_file.setdefault(key_files[key], []).append((short, key))
         tensors: dict[str, torch.Tensor] = {}
         for file, items in by_file.items():
@@ -541,7 +613,15 @@ class Checkpoint:
                 for short, key in items:
                     tensors[short] = handle.get_tensor(key)
         fp8 = _validate(cfg, tensors, f"{where} layer {layer}")
-        return cls(cfg=cfg, layer=layer, tensors=tensors, quantized=fp8 is not None, source=where)
+        return cls(
+            cfg=cfg,
+            layer=layer,
+            tensors=tensors,
+            quantized=fp8 is not None,
+            source=where,
+            unmodelled=picked.unmodelled,
+            ignored=picked.ignored,
+        )
 
     # -- writing -----------------------------------------------------------------------------------
     def save(self, out_dir: str | os.PathLike) -> Path:
@@ -572,10 +652,17 @@ class Checkpoint:
 
 
 def _quantize_dense(
-    cfg: MLAConfig, tensors: dict[str, Any], fmt: Fp8Format, flavor: QuantFlavor | str | None, where: str
+    cfg: MLAConfig,
+    tensors: dict[str, Any],
+    fmt: Fp8Format,
+    flavor: QuantFlavor | str | None,
+    where: str,
+    ue8m0: bool = False,
 ) -> dict[str, Any]:
-    """Block-quantize every dense linear weight; already-fp8 weights must be in `fmt` and stay as they are."""
+    """Block-quantize every dense linear weight (scales rounded up to powers of two with `ue8m0` or when
+    the config's scale_fmt is ue8m0); already-fp8 weights must be in `fmt` and stay as they are."""
     flavor = _default_flavor(fmt) if flavor is None else quant_flavor(flavor)
+    ue8m0 = ue8m0 or cfg.scale_fmt == UE8M0
     out = dict(tensors)
     for key, shape in expected_shapes(cfg).items():
         t = tensors.get(key)
@@ -593,9 +680,28 @@ def _quantize_dense(
         scale_key = key.removesuffix(WEIGHT_SUFFIX) + SCALE_SUFFIX
         if scale_key in tensors:
             continue  # a dense weight with a scale is inconsistent; _validate names it
-        ue8m0 = cfg.scale_fmt == UE8M0
         out[key], out[scale_key], _ = block_quantize(t, tuple(cfg.weight_block), fmt, flavor, ue8m0=ue8m0, name=key)
     return out
+
+
+def stored_fp8(path: str | os.PathLike, layer: int, cfg: MLAConfig, *, ignore_extra: bool = False) -> bool:
+    """Whether layer `layer`'s linear weights in the safetensors checkpoint at `path` are stored as FP8,
+    from the files' headers alone (no tensor is read): what a triage must know before it reads a real
+    checkpoint's weights (`model.weight_recipe.require_fp8`). The layer's tensors are picked as
+    `Checkpoint.load` picks them, so an unknown tensor is refused here already."""
+    path = Path(path)
+    key_files = _key_files(path)
+    picked = _select_attention(key_files, _check_layer(layer), cfg, str(path), ignore_extra)
+    linears = [key for key, shape in expected_shapes(cfg).items() if len(shape) == 2]
+    wanted = {short: picked.mapping[short] for short in linears if short in picked.mapping}
+    if not wanted:
+        raise ValueError(f"Checkpoint.load: {path} layer {layer} holds none of the linear weights {linears}")
+    dtypes = set()
+    for file in sorted({key_files[key] for key in wanted.values()}):
+        with open_safetensors(file, f"Checkpoint.load: {file}") as handle:
+            dtypes |= {handle.get_slice(key).get_dtype() for key in wanted.values() if key_files[key] == file}
+    # safetensors spells every fp8 dtype F8_*: F8_E4M3 (e4m3fn), F8_E4M3FNUZ, ...
+    return all(dtype.startswith("F8") for dtype in dtypes)
 
 
 def _key_files(path: Path) -> dict[str, Path]:

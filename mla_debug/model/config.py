@@ -1,7 +1,8 @@
 """MLA layer configurations: presets for the models we debug; Hugging Face config.json both ways (`hf_config`).
 
 Two attention families share one dataclass:
-- ``arch="v3"`` - DeepSeek-V3/R1 and Kimi-K2 MLA (SEMANTICS 7): q/kv LoRA, nope + rope heads, kv_b_proj.
+- ``arch="v3"`` - DeepSeek-V3/R1/V3.1 and Kimi-K2 MLA (SEMANTICS 7): q/kv LoRA, nope + rope heads, kv_b_proj;
+  with ``index_*`` set, DeepSeek-V3.2's layer, whose sparse top-k indexer is recognised but not modelled.
 - ``arch="v4"`` - DeepSeek-V4 attention (SEMANTICS 8): one shared KV head of ``head_dim``, grouped output
   projection (wo_a as a BMM over ``o_groups``, then wo_b) and an indexer query projection.
 """
@@ -162,6 +163,7 @@ class MLAConfig:
             for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim"):
                 if getattr(self, name) <= 0:
                     out.append(f"{name}={getattr(self, name)} must be positive for a v3 (MLA) config")
+            out += self._v32_indexer_problems()
         if self.arch == "v4":
             for name in ("head_dim", "o_groups", "o_lora_rank", "index_n_heads", "index_head_dim"):
                 if getattr(self, name) <= 0:
@@ -176,10 +178,30 @@ class MLAConfig:
             out.append(
                 "rope_interleave=False is modelled for v3 (MLA) configs only; DeepSeek-V4 rotates interleaved pairs"
             )
+        elif self.has_indexer and not self.rope_interleave:
+            out.append(
+                "rope_interleave=False is not modelled with DeepSeek-V3.2's indexer: transformers' deepseek_v32 "
+                "always rotates interleaved pairs, SGLang honours the key - the pairing would be ambiguous"
+            )
         if self.scale_fmt not in (None, "ue8m0"):
             out.append(f"scale_fmt={self.scale_fmt!r} is not None or 'ue8m0'")
         if self.rms_norm_eps <= 0:
             out.append(f"rms_norm_eps={self.rms_norm_eps} must be positive")
+        return out
+
+    def _v32_indexer_problems(self) -> list[str]:
+        # A v3 layer has DeepSeek-V3.2's indexer beside it or none: all three index_* fields positive, or
+        # all zero. The indexer rotates the first qk_rope_head_dim dims of its own heads.
+        indexer = {name: getattr(self, name) for name in ("index_n_heads", "index_head_dim", "index_topk")}
+        if not any(indexer.values()):
+            return []
+        out = [
+            f"{name}={value} must be positive for a v3 config with DeepSeek-V3.2's indexer (or all three 0: none)"
+            for name, value in indexer.items()
+            if value <= 0
+        ]
+        if 0 < self.index_head_dim < self.qk_rope_head_dim:
+            out.append(f"index_head_dim={self.index_head_dim} is below qk_rope_head_dim={self.qk_rope_head_dim}")
         return out
 
     def check_tp(self, tp_size: int) -> None:
@@ -197,8 +219,8 @@ class MLAConfig:
     # -- constructors -----------------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str) -> MLAConfig:
-        """A named configuration: deepseek-v3, deepseek-r1, deepseek-v3.1, kimi-k2, kimi-k2-0905,
-        deepseek-v4-flash, deepseek-v4.1, deepseek-v4-pro, mini, tiny, tiny-v4."""
+        """A named configuration: deepseek-v3, deepseek-r1, deepseek-v3.1, deepseek-v3.2, kimi-k2,
+        kimi-k2-0905, deepseek-v4-flash, deepseek-v4.1, deepseek-v4-pro, mini, tiny, tiny-v4."""
         key = name.strip().lower()
         if key not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
@@ -299,6 +321,14 @@ PRESETS: dict[str, MLAConfig] = {
     # DeepSeek-V3.1 (and its -Terminus update): V3's attention; its weights and serving-time activations
     # use power-of-two block scales (quantization_config.scale_fmt "ue8m0").
     "deepseek-v3.1": MLAConfig(name="deepseek-v3.1", **_V3, scale_fmt="ue8m0"),
+    # DeepSeek-V3.2(-Exp): DeepSeek-V3's MLA with the lightning indexer beside it (64 heads of 128, top 2048
+    # keys per query), as in its config.json and transformers' DeepseekV32Config defaults, and V3.1's
+    # power-of-two block scales. The indexer is recognised, not modelled (`model.indexer`): runs are exact
+    # while no query sees more than 2048 keys.
+    "deepseek-v3.2": MLAConfig(
+        name="deepseek-v3.2",
+        **{**_V3, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048, "scale_fmt": "ue8m0"},
+    ),
     "kimi-k2": MLAConfig(name="kimi-k2", **_KIMI_K2),
     # Kimi-K2-Instruct-0905 (Kimi-K2-Thinking has the same attention, left in bf16 by its INT4 release).
     "kimi-k2-0905": MLAConfig(

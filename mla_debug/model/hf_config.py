@@ -1,5 +1,5 @@
 """Both directions of a Hugging Face ``config.json``: `from_hf_dict` (config.json -> MLAConfig, for
-DeepSeek-V3/R1/V3.1, Kimi-K2 (and K2.5/K2.6's ``text_config``) and DeepSeek-V4 field names) and
+DeepSeek-V3/R1/V3.1, DeepSeek-V3.2, Kimi-K2 (and K2.5/K2.6's ``text_config``) and DeepSeek-V4 field names) and
 `to_hf_dict` (MLAConfig -> the fields that read back to an equal config), with the key mapping of the
 attention's widths in one table (`FIELDS`) that both directions use; the RoPE fields (`hf_rope`) and the
 quantization_config (`hf_quantization`) have their own shapes and modules.
@@ -34,7 +34,8 @@ class HfField:
 
     `arch`: the family whose configs carry it (None: both). `required`: a config of that family without
     it is refused; otherwise MLAConfig's default stands in. `kind`: int or float (how it is checked;
-    required fields are ints).
+    required fields are ints). `indexer`: DeepSeek-V3.2's configs (a v3 layer with the sparse indexer,
+    model_type ``deepseek_v32``) carry it too, as a required field.
     """
 
     attribute: str
@@ -42,6 +43,11 @@ class HfField:
     arch: str | None = None
     required: bool = True
     kind: type = int
+    indexer: bool = False
+
+    def carried_by(self, arch: str, indexer: bool) -> bool:
+        """Whether a config of family `arch` (with DeepSeek-V3.2's indexer: `indexer`) carries the field."""
+        return self.arch in (None, arch) or (self.indexer and indexer)
 
 
 # In the order `to_hf_dict` writes them (DeepSeek's own config.json order, roughly).
@@ -56,24 +62,25 @@ FIELDS: tuple[HfField, ...] = (
     HfField("head_dim", "head_dim", arch="v4"),
     HfField("o_groups", "o_groups", arch="v4"),
     HfField("o_lora_rank", "o_lora_rank", arch="v4"),
-    HfField("index_n_heads", "index_n_heads", arch="v4"),
-    HfField("index_head_dim", "index_head_dim", arch="v4"),
-    HfField("index_topk", "index_topk", arch="v4", required=False),
+    HfField("index_n_heads", "index_n_heads", arch="v4", indexer=True),
+    HfField("index_head_dim", "index_head_dim", arch="v4", indexer=True),
+    HfField("index_topk", "index_topk", arch="v4", required=False, indexer=True),
     HfField("sliding_window", "sliding_window", arch="v4", required=False),
     HfField("rms_norm_eps", "rms_norm_eps", required=False, kind=float),
     HfField("max_position_embeddings", "max_position_embeddings", required=False),
 )
 
-# What each family writes besides FIELDS; read back only to tell the families apart.
-MODEL_TYPES = {"v3": "deepseek_v3", "v4": "deepseek_v4"}
-ARCHITECTURES = {"v3": "DeepseekV3ForCausalLM", "v4": "DeepseekV4ForCausalLM"}
+# What each family writes besides FIELDS; read back only to tell the families apart. "v3.2" is a v3
+# layer with DeepSeek-V3.2's indexer beside it.
+MODEL_TYPES = {"v3": "deepseek_v3", "v3.2": "deepseek_v32", "v4": "deepseek_v4"}
+ARCHITECTURES = {"v3": "DeepseekV3ForCausalLM", "v3.2": "DeepseekV32ForCausalLM", "v4": "DeepseekV4ForCausalLM"}
 # A multimodal wrapper (Kimi-K2.5 / K2.6, model_type kimi_k25) nests the language model's config here, and
 # its checkpoint names that model's modules under this prefix.
 TEXT_CONFIG, TEXT_PREFIX = "text_config", "language_model."
 
 
-def _read(data: dict, field: HfField) -> int | float:
-    if field.required:
+def _read(data: dict, field: HfField, arch: str) -> int | float:
+    if field.required or (field.indexer and field.arch != arch):  # DeepSeek-V3.2 needs all its indexer fields
         return _int(data, field.key)
     default = field_default(MLAConfig, field.attribute)
     if field.kind is float:
@@ -135,7 +142,8 @@ def from_hf_dict(data: dict, name: str) -> MLAConfig:
     layers = data.get("num_hidden_layers")
     layers = layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else 1
     quantization = read_quantization(quant, arch, prefix, layers)
-    values = {f.attribute: _read(data, f) for f in FIELDS if f.arch in (None, arch)}
+    indexer = not is_v4 and _is_v32(data)
+    values = {f.attribute: _read(data, f, arch) for f in FIELDS if f.carried_by(arch, indexer)}
     return MLAConfig(
         name=name,
         arch=arch,
@@ -149,6 +157,18 @@ def from_hf_dict(data: dict, name: str) -> MLAConfig:
     )
 
 
+def _is_v32(data: dict) -> bool:
+    """DeepSeek-V3.2's config: its model_type, or its architecture where a config names no model_type."""
+    model_type = data.get("model_type")
+    if model_type is not None:
+        return model_type == MODEL_TYPES["v3.2"]
+    return ARCHITECTURES["v3.2"] in (data.get("architectures") or ())
+
+
+def _family(cfg: MLAConfig) -> str:
+    return "v3.2" if cfg.arch == "v3" and cfg.has_indexer else cfg.arch
+
+
 def to_hf_dict(cfg: MLAConfig, quantized: bool | None = None) -> dict[str, Any]:
     """The config.json fields `from_hf_dict` reads back to an equal config (name aside).
 
@@ -158,8 +178,9 @@ def to_hf_dict(cfg: MLAConfig, quantized: bool | None = None) -> dict[str, Any]:
     written only when False (its absence means True).
     """
     quantized = cfg.quantized if quantized is None else quantized
-    out: dict[str, Any] = {"architectures": [ARCHITECTURES[cfg.arch]], "model_type": MODEL_TYPES[cfg.arch]}
-    out.update({f.key: getattr(cfg, f.attribute) for f in FIELDS if f.arch in (None, cfg.arch)})
+    family = _family(cfg)
+    out: dict[str, Any] = {"architectures": [ARCHITECTURES[family]], "model_type": MODEL_TYPES[family]}
+    out.update({f.key: getattr(cfg, f.attribute) for f in FIELDS if f.carried_by(cfg.arch, family == "v3.2")})
     out["num_key_value_heads"] = cfg.num_heads if cfg.arch == "v3" else 1
     out.update(write_rope(cfg))
     out["torch_dtype"] = "bfloat16"

@@ -30,6 +30,9 @@ E4M3_NAMES = ("e4m3", "e4m3fn", "float8_e4m3fn")
 DYNAMIC = "dynamic"
 UE8M0 = "ue8m0"
 SCALE_FORMATS = (UE8M0,)
+# transformers 5.24 utils/quantization_config.py FineGrainedFP8Config: scale_fmt "float" (its default) or
+# "ue8m0"; "float" means fp32 scales as amax/fp8-max gives them, what an absent scale_fmt means.
+PLAIN_SCALES = "float"
 DEFAULT_BLOCK = (128, 128)
 
 # The attention linears of a DeepSeek-V3-style (MLA) layer, by checkpoint module name, and their class in
@@ -104,9 +107,12 @@ def _fp8(quant: dict) -> AttentionQuantization:
     if scheme != DYNAMIC:
         raise ValueError(f"config.json: activation_scheme {scheme!r} is not 'dynamic' (per-token group quant)")
     scale_fmt = quant.get("scale_fmt")
+    if scale_fmt == PLAIN_SCALES:
+        scale_fmt = None  # transformers' spelling of "no format": its FineGrainedFP8Config writes it by default
     if scale_fmt is not None and scale_fmt not in SCALE_FORMATS:
         raise ValueError(
-            f"config.json: quantization_config.scale_fmt {scale_fmt!r} is not modelled (known: none, {UE8M0!r})"
+            f"config.json: quantization_config.scale_fmt {scale_fmt!r} is not modelled "
+            f"(known: none, {PLAIN_SCALES!r}, {UE8M0!r})"
         )
     return AttentionQuantization(quantized=True, weight_block=(block[0], block[1]), scale_fmt=scale_fmt)
 

@@ -13,6 +13,7 @@ import torch
 from .._checks import describe, require_tensor
 from ..kernels import KernelChoice, Platform
 from ..kernels import platform as platform_of
+from ..model.indexer import warn_if_inexact
 from ..model.records import StepRecord
 from ..scenarios import Scenario
 from ..scenarios import scenario as scenario_of
@@ -30,7 +31,8 @@ EXECUTORS = ("simulated", "distributed")
 
 
 def check_inputs(cfg, ckpt, hidden: torch.Tensor, positions: torch.Tensor, mode: str) -> torch.Tensor:
-    """Validate a layer call; returns positions as int64."""
+    """Validate a layer call; returns positions as int64. Warns (`model.indexer.SparseAttentionWarning`)
+    when a DeepSeek-V3.2 layer gets more tokens than its indexer keeps: the run is made, densely."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     mismatched = [
@@ -57,6 +59,7 @@ def check_inputs(cfg, ckpt, hidden: torch.Tensor, positions: torch.Tensor, mode:
             f"positions: values {int(positions.min())}..{int(positions.max())} are outside "
             f"0..{cfg.max_position_embeddings - 1} (max_position_embeddings of {cfg.name})"
         )
+    warn_if_inexact(cfg, hidden.shape[0], stacklevel=3)
     return positions.to(torch.int64)
 
 

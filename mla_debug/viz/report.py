@@ -20,6 +20,7 @@ from ..analysis.changes import causes
 from ..analysis.noise import DIVERGENCE_FACTOR, MIN_THRESHOLD
 from ._cells import sci, violation_lines
 from ._report_data import as_report
+from .caveats import caveat_lines, positions_text
 from .culprits import action_lines, bisection_line, configs_label
 from .embed import figure_html, packed_plotlyjs_html
 from .heatmaps import block_heatmap, error_heatmap
@@ -75,9 +76,10 @@ def _config_label(tp: int, mode: str) -> str:
 def _verdict(report: TriageReport) -> str:
     diverged = report.diverged_runs
     if not diverged:
+        within = " - within the caveats below" if report.caveats else ""
         return (
             f'<p class="verdict"><span class="good">No configuration diverged</span>: every step of all '
-            f"{len(report.runs)} runs stays within its threshold of the reference.</p>"
+            f"{len(report.runs)} runs stays within its threshold of the reference{within}.</p>"
         )
     where = ", ".join(
         f"{_e(_config_label(r.tp, r.mode))} (first at <code>{_e(r.first_divergent_step)}</code>)" for r in diverged
@@ -89,6 +91,22 @@ def _verdict(report: TriageReport) -> str:
 
 
 _BAD = ' class="bad"'
+
+
+def _caveats(report: TriageReport) -> str:
+    """What the verdicts do not cover (`viz.caveats`), or that an older report did not record it."""
+    if not report.caveats_recorded:
+        return (
+            f"<h2>Caveats</h2><p>Not recorded: this report was read from a schema {report.source_schema} file, "
+            "written before reports kept them.</p>"
+        )
+    if not report.caveats:
+        return ""
+    items = "".join(
+        f"<li><b{_BAD if line.warning else ''}>{_e(line.label)}</b>: {_e(line.text)}</li>"
+        for line in caveat_lines(report.caveats)
+    )
+    return f"<h2>Caveats</h2><ul>{items}</ul>"
 
 
 def _recovery_cell(value: float | None, diverged: bool | None, patched: bool) -> str:
@@ -184,7 +202,7 @@ def _provenance(report: TriageReport) -> str:
         ("weights", p.weights.describe()),
         ("model, platform", f"{p.model} on {p.platform}"),
         ("scenario", f"{scenario.get('name')}: {scenario.get('description', '')}"),
-        ("inputs", f"{p.tokens} tokens, seed {p.seed}"),
+        ("inputs", f"{p.tokens} tokens at {positions_text(report.positions, p.tokens)}, seed {p.seed}"),
         ("device", p.device),
         ("threshold", f"max({p.divergence_factor:g} x floor, {p.min_threshold:g})"),
         ("tuned table", p.tuned_table),
@@ -286,7 +304,8 @@ def render_html(report: TriageReport) -> str:
     took = f"triage took {report.elapsed_s:.1f} s" if report.elapsed_s is not None else "triage time not recorded"
     version = f"; mla_debug {report.provenance.mla_debug_version}" if report.provenance is not None else ""
     meta = (
-        f"{report.tokens} tokens, seed {report.seed}; TP sizes {', '.join(map(str, report.tp_sizes))}; "
+        f"{report.tokens} tokens at {positions_text(report.positions, report.tokens)}, seed {report.seed}; "
+        f"TP sizes {', '.join(map(str, report.tp_sizes))}; "
         f"modes {', '.join(report.modes)}; {took}{version}"
     )
     parts = [
@@ -296,6 +315,7 @@ def render_html(report: TriageReport) -> str:
         f"<h1>{_e(title)}</h1>",
         f'<p class="meta">{_e(meta)}</p>',
         _verdict(report),
+        _caveats(report),
         "<h2>Summary</h2>",
         summary_styler(report).to_html(),
         _culprits(report),

@@ -9,16 +9,21 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 import mla_debug as md
 import mla_debug.analysis as A
 from mla_debug.analysis import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery
 from mla_debug.analysis.bisection import BisectStats
+from mla_debug.analysis.caveats import Caveat, CaveatKind
+from mla_debug.analysis.positions import TokenPositions
 from mla_debug.analysis.report import SCHEMA, BlockErrors, RunReport, TriageReport
 from mla_debug.analysis.report.legacy import choice_from_text, scale_from_text, weight_from_text
+from mla_debug.cli.triage import render
 from mla_debug.kernels import KernelChoice, SkippedKernel
 from mla_debug.layouts import LAYOUTS, ScaleLayout, ScaleRead, ViolationKind, WeightLayout, WeightTransform
 from mla_debug.model.records import StepStats
+from mla_debug.model.weight_recipe import WeightRecipe
 from mla_debug.scenarios import AppliedRule, Engine, Resolution, SettingInEffect, SettingKind, Source
 
 KV512 = md.MLAConfig.preset("tiny").with_(name="tiny-kv512", kv_lora_rank=512)
@@ -201,6 +206,26 @@ profiles = st.none() | st.builds(
 )
 
 
+# Where the tokens sat, and what the verdicts do not cover (schema 5).
+positions = st.builds(TokenPositions, st.integers(0, 10**6)) | st.lists(
+    st.integers(0, 10**6), min_size=1, max_size=5
+).map(lambda values: TokenPositions(start=values[0], explicit=tuple(values)))
+_recipes = st.none() | st.builds(
+    WeightRecipe, st.sampled_from(["deepseek", "vllm"]), st.just((128, 128)), st.just("e4m3fn"), st.booleans()
+)
+caveat_lists = st.lists(
+    st.builds(
+        Caveat,
+        st.sampled_from(CaveatKind),
+        st.lists(names, max_size=3).map(tuple),
+        st.none() | st.integers(1, 4096),
+        st.none() | st.integers(1, 8192),
+        _recipes,
+    ),
+    max_size=3,
+)
+
+
 def _json(data: dict) -> dict:
     # allow_nan=False: a report must be JSON any reader parses, with no NaN/Infinity literals.
     return json.loads(json.dumps(data, allow_nan=False))
@@ -229,8 +254,10 @@ def test_a_step_round_trips_exactly(step):
     elapsed=st.none() | numbers,
     patching=patchings,
     profile=profiles,
+    where=positions,
+    caveats=caveat_lists,
 )
-def test_a_report_round_trips_exactly(buggy, run_list, block_list, elapsed, patching, profile):
+def test_a_report_round_trips_exactly(buggy, run_list, block_list, elapsed, patching, profile, where, caveats):
     report = TriageReport(
         model="m",
         platform="mi355x",
@@ -249,10 +276,12 @@ def test_a_report_round_trips_exactly(buggy, run_list, block_list, elapsed, patc
         block_errors=block_list,
         patching=patching,
         profile=profile,
+        positions=where,
+        caveats=caveats,
     )
     data = _json(report.to_dict())
     back = TriageReport.from_dict(data)
-    assert back.profile == profile
+    assert back.profile == profile and back.positions == where and back.caveats == caveats
     assert back.to_dict() == data
     assert list(back.patching) == list(patching)  # keyed by configuration, in the order written
     if all(not math.isnan(v) for v in _floats(report)):
@@ -304,6 +333,29 @@ def test_files_without_patching_load_with_none(buggy):
     older = TriageReport.from_dict(data)
     assert older.patching == {} and older.source_schema == 3
     assert older.confirmation_of(older.culprits[0]) is None
+
+
+def test_files_before_schema_5_start_at_position_0_and_recorded_no_caveats(buggy, tmp_path):
+    data = buggy.to_dict()
+    del data["positions"], data["caveats"]  # a schema 4 file: every triage then started at 0
+    data["schema"] = 4
+    data["provenance"] = {k: v for k, v in data["provenance"].items() if k != "positions"}
+    older = TriageReport.from_dict(data)
+    assert older.positions == TokenPositions(start=0) and older.caveats == [] and not older.caveats_recorded
+    assert buggy.report().caveats_recorded and older.provenance.positions is None
+    html = md.viz.render_html(older)
+    assert "Caveats</h2><p>Not recorded: this report was read from a schema 4 file" in html
+    assert "8 tokens at positions 0..7" in html
+    console = Console(record=True, width=200)
+    render(older, console)
+    assert "caveats: not recorded (a schema 4 report)" in console.export_text()
+
+
+def test_a_caveat_of_an_unknown_kind_is_refused_with_the_known_ones(buggy):
+    data = _json(buggy.to_dict())
+    data["caveats"] = [{"kind": "cosmic-rays"}]
+    with pytest.raises(ValueError, match=r"caveat kind 'cosmic-rays' is not one of indexer-not-modelled, "):
+        TriageReport.from_dict(data)
 
 
 def test_patching_entries_that_do_not_fit_their_configuration_say_why(buggy):

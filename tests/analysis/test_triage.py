@@ -107,7 +107,8 @@ def test_json_follows_the_schema_and_never_overwrites(buggy, tmp_path):
     data = json.loads(path.read_text())
     assert {"model", "platform", "scenario", "tokens", "device", "runs", "culprits"} <= set(data)
     assert {"schema", "provenance", "bisection", "culprit_groups", "unresolved", "seed", "tp_sizes"} <= set(data)
-    assert data["schema"] == 4 and "block_errors" in data and data["profile"] is None
+    assert data["schema"] == 5 and "block_errors" in data and data["profile"] is None
+    assert data["positions"] == {"start": 0, "explicit": None} and data["caveats"] == []
     assert data["model"] == "tiny-kv512" and data["tokens"] == 8 and data["scenario"] == "vllm-pr51692"
     run = data["runs"][1]
     assert {"tp", "mode", "verdict", "first_divergent_step", "steps", "kernels"} <= set(run)

@@ -196,3 +196,16 @@ DEEPSEEK_V4_FLASH_JSON = {
         "weight_block_size": [128, 128],
     },
 }
+
+# DeepSeek-V3.2-Exp's config.json: DeepSeek-V3.1-Terminus's (ue8m0 block scales) with the model type of
+# V3.2 and the three fields of its lightning indexer (transformers' DeepseekV32Config defaults are the
+# same values).
+DEEPSEEK_V32_EXP_JSON = {
+    **DEEPSEEK_V3_JSON,
+    "architectures": ["DeepseekV32ForCausalLM"],
+    "model_type": "deepseek_v32",
+    "index_head_dim": 128,
+    "index_n_heads": 64,
+    "index_topk": 2048,
+    "quantization_config": {**DEEPSEEK_V3_JSON["quantization_config"], "scale_fmt": "ue8m0"},
+}

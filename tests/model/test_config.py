@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from released_configs import DEEPSEEK_V3_JSON, DEEPSEEK_V4_FLASH_JSON, KIMI_K2_INSTRUCT_JSON
+from released_configs import DEEPSEEK_V3_JSON, DEEPSEEK_V4_FLASH_JSON, DEEPSEEK_V32_EXP_JSON, KIMI_K2_INSTRUCT_JSON
 
 from mla_debug.model import PRESETS, MLAConfig, RopeScaling
 
@@ -59,6 +59,7 @@ def test_the_presets_exist():
         "deepseek-v3",
         "deepseek-r1",
         "deepseek-v3.1",
+        "deepseek-v3.2",
         "kimi-k2",
         "kimi-k2-0905",
         "deepseek-v4-flash",
@@ -217,6 +218,48 @@ def test_from_hf_kimi_k2_config_equals_the_preset():
     cfg = MLAConfig.from_hf(KIMI_K2_INSTRUCT_JSON)
     assert cfg.name == "kimi_k2"
     assert differing(cfg, MLAConfig.preset("kimi-k2")) == {}
+
+
+def test_from_hf_deepseek_v32_config_equals_the_preset():
+    cfg = MLAConfig.from_hf(DEEPSEEK_V32_EXP_JSON)
+    preset = MLAConfig.preset("deepseek-v3.2")
+    assert cfg.arch == "v3" and cfg.has_indexer and preset.has_indexer
+    assert differing(cfg, preset) == {}
+    # V3.2 is V3.1's MLA (V3's with ue8m0 scales) plus the indexer: every other dimension is DeepSeek-V3.1's.
+    indexer = ("index_n_heads", "index_head_dim", "index_topk")
+    assert differing(preset, MLAConfig.preset("deepseek-v3.1"), skip=indexer) == {}
+    assert not MLAConfig.preset("deepseek-v3").has_indexer
+
+
+def test_transformers_deepseek_v32_config_reads_its_indexer_fields():
+    transformers = pytest.importorskip("transformers")
+    data = transformers.DeepseekV32Config().to_dict()
+    cfg = MLAConfig.from_hf(data)
+    # transformers' defaults are the released model's, without yarn and unquantized.
+    assert (cfg.index_n_heads, cfg.index_head_dim, cfg.index_topk) == (64, 128, 2048)
+    assert differing(cfg, MLAConfig.preset("deepseek-v3.2"), skip=("rope_scaling", "quantized", "scale_fmt")) == {}
+
+
+def test_a_deepseek_v3_config_ignores_indexer_fields_and_v32_needs_all_three():
+    # The model type decides: a deepseek_v3 config has no indexer whatever else it carries.
+    v3 = MLAConfig.from_hf(_with(DEEPSEEK_V3_JSON, index_topk=2048, index_n_heads=64, index_head_dim=128))
+    assert not v3.has_indexer and v3.index_topk == 0
+    for field in ("index_n_heads", "index_head_dim", "index_topk"):
+        with pytest.raises(ValueError, match=rf"required field '{field}' is missing"):
+            MLAConfig.from_hf(_without(DEEPSEEK_V32_EXP_JSON, field))
+    no_type = _without(DEEPSEEK_V32_EXP_JSON, "model_type")
+    assert MLAConfig.from_hf(no_type).has_indexer  # the architecture names V3.2
+
+
+def test_a_v3_indexer_is_all_or_nothing():
+    v32 = MLAConfig.preset("deepseek-v3.2")
+    with pytest.raises(ValueError, match=r"index_topk=0 must be positive for a v3 config with DeepSeek-V3.2's indexer"):
+        v32.with_(index_topk=0)
+    with pytest.raises(ValueError, match=r"index_head_dim=32 is below qk_rope_head_dim=64"):
+        v32.with_(index_head_dim=32)
+    assert v32.with_(index_n_heads=0, index_head_dim=0, index_topk=0) == MLAConfig.preset("deepseek-v3.1").with_(
+        name="deepseek-v3.2"
+    )
 
 
 def test_from_hf_v4_config_equals_the_flash_preset():

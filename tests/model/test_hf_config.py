@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from released_configs import DEEPSEEK_V3_JSON, DEEPSEEK_V4_FLASH_JSON
+from released_configs import DEEPSEEK_V3_JSON, DEEPSEEK_V4_FLASH_JSON, DEEPSEEK_V32_EXP_JSON
 
 from mla_debug.model import PRESETS, MLAConfig, RopeScaling
 from mla_debug.model.hf_config import FIELDS, from_hf_dict, to_hf_dict
@@ -50,14 +50,22 @@ def test_what_is_written_has_the_released_config_json_values(preset, released):
     assert {key: written[key] for key in shared} == {key: released[key] for key in shared}
 
 
+def test_what_is_written_for_deepseek_v32_has_the_released_values():
+    written = MLAConfig.preset("deepseek-v3.2").to_hf()
+    assert {f.key for f in FIELDS if f.carried_by("v3", True)} <= set(written) <= set(DEEPSEEK_V32_EXP_JSON)
+    assert {key: written[key] for key in written} == {key: DEEPSEEK_V32_EXP_JSON[key] for key in written}
+    assert (written["model_type"], written["architectures"]) == ("deepseek_v32", ["DeepseekV32ForCausalLM"])
+
+
 def test_the_key_table_covers_each_family_and_names_each_key_once():
     keys = [f.key for f in FIELDS]
     assert len(keys) == len(set(keys))
     attributes = {f.attribute for f in FIELDS}
-    for arch, preset in (("v3", "deepseek-v3"), ("v4", "deepseek-v4-flash")):
+    families = (("v3", False, "deepseek-v3"), ("v3", True, "deepseek-v3.2"), ("v4", False, "deepseek-v4-flash"))
+    for arch, indexer, preset in families:
         written = MLAConfig.preset(preset).to_hf()
-        assert {f.key for f in FIELDS if f.arch in (None, arch)} <= set(written)
-        assert not {f.key for f in FIELDS if f.arch not in (None, arch)} & set(written)
+        assert {f.key for f in FIELDS if f.carried_by(arch, indexer)} <= set(written)
+        assert not {f.key for f in FIELDS if not f.carried_by(arch, indexer)} & set(written)
     # Every dimension of MLAConfig goes through the table, except the name, the family (model_type) and
     # those with their own config.json shapes - each written where it belongs when it differs from what
     # the key's absence means.
@@ -111,12 +119,17 @@ def configs(draw) -> MLAConfig:
     scale_fmt = draw(st.sampled_from([None, "ue8m0"])) if quantized else None
     common.update(quantized=quantized, weight_block=block, scale_fmt=scale_fmt)
     if arch == "v3":
+        # DeepSeek-V3.2 now and then: the indexer's fields, its head at least as wide as the rope slice.
+        indexer = draw(st.booleans())
         return MLAConfig(
-            rope_interleave=draw(st.booleans()),
+            rope_interleave=True if indexer else draw(st.booleans()),  # V3.2 pairs interleaved (MLAConfig.problems)
             num_heads=draw(positive),
             kv_lora_rank=draw(positive),
             qk_nope_head_dim=draw(positive),
             v_head_dim=draw(positive),
+            index_n_heads=draw(positive) if indexer else 0,
+            index_head_dim=rope_dim + draw(st.integers(0, 256)) if indexer else 0,
+            index_topk=draw(positive) if indexer else 0,
             **common,
         )
     groups = draw(st.integers(1, 16))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from released_configs import DEEPSEEK_V3_JSON, KIMI_K2_THINKING_JSON
+from released_configs import DEEPSEEK_V3_JSON, DEEPSEEK_V32_EXP_JSON, KIMI_K2_THINKING_JSON
 
 from mla_debug.model import MLAConfig
 from mla_debug.model.hf_quantization import V3_ATTENTION_LINEARS
@@ -42,7 +42,7 @@ def test_rope_interleave_from_a_transformers_config():
     [
         ({**DEEPSEEK_V3_JSON, "rope_interleave": None}, r"rope_interleave must be true or false, got None"),
         (
-            {**DEEPSEEK_V3_JSON, "model_type": "deepseek_v32", "rope_interleave": False},
+            {**DEEPSEEK_V32_EXP_JSON, "rope_interleave": False},
             r"rope_interleave false in a deepseek_v32 config: .* ambiguous",
         ),
         (with_rope(factor=_DROP), r"yarn RoPE without 'factor' \(transformers 5.24 refuses it"),
@@ -107,7 +107,7 @@ def test_scale_fmt_is_read_and_written_with_the_quantization():
     cfg = MLAConfig.from_hf(with_quant(scale_fmt="ue8m0"))
     assert cfg.scale_fmt == "ue8m0" and cfg.quantized
     assert cfg.to_hf()["quantization_config"]["scale_fmt"] == "ue8m0"
-    with pytest.raises(ValueError, match=r"scale_fmt 'e5m2' is not modelled \(known: none, 'ue8m0'\)"):
+    with pytest.raises(ValueError, match=r"scale_fmt 'e5m2' is not modelled \(known: none, 'float', 'ue8m0'\)"):
         MLAConfig.from_hf(with_quant(scale_fmt="e5m2"))
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from mla_debug.model import Checkpoint, MLAConfig
-from mla_debug.model.preflight import check_layer_options, layer_config
+from mla_debug.model.preflight import check_layer_options, layer_config, layer_positions
 
 
 @pytest.fixture
@@ -52,3 +53,44 @@ def test_checks_every_option_against_the_config(no_weights):
     # v4 shards its output groups too: 16 divides the heads (64) but not o_groups (8).
     with pytest.raises(ValueError, match="tp_size=16 does not divide o_groups=8"):
         check_layer_options("deepseek-v4-flash", tp_sizes=(16,))
+
+
+def test_positions_are_checked_against_the_configs_max_positions(no_weights):
+    tiny = MLAConfig.preset("tiny")
+    assert layer_positions(tiny, 4, 5000).tolist() == [5000, 5001, 5002, 5003]
+    assert layer_positions(tiny, 3, positions=[7, 4097, 163839]).dtype == torch.int64
+    assert check_layer_options("tiny", tokens=16, start_position=163824).name == "tiny"  # the last one fits
+    with pytest.raises(ValueError, match=r"start_position=163825 with 16 tokens puts a token at position 163840"):
+        check_layer_options("tiny", tokens=16, start_position=163825)
+    small = tiny.with_(max_position_embeddings=4096)
+    with pytest.raises(
+        ValueError, match=r"past what tiny encodes: max_position_embeddings 4096 \(positions 0\.\.4095\)"
+    ):
+        layer_positions(small, 1, 4096)
+    with pytest.raises(ValueError, match=r"positions holds 2 values, one per token is 3"):
+        check_layer_options("tiny", tokens=3, positions=[1, 2])
+
+
+def test_a_dense_checkpoint_folder_is_refused_from_its_headers(no_weights, tmp_path, monkeypatch):
+    """The layer's dtypes come from the safetensors headers: a dense checkpoint is refused before any
+    tensor is read, and a recipe is accepted for it only."""
+    from ckpt_helpers import SafeOpenSpy
+
+    from mla_debug.model.weight_recipe import DenseWeightsError
+
+    monkeypatch.undo()  # saving needs the real constructors; the spy shows that no tensor is fetched
+    dense = Checkpoint.synthetic("tiny", quantize=False, layer=2).save(tmp_path / "dense")
+    fp8 = Checkpoint.synthetic("tiny", layer=2).save(tmp_path / "fp8")
+    spy = SafeOpenSpy(monkeypatch)
+    with pytest.raises(
+        DenseWeightsError, match=r"checkpoint .*dense layer 2 holds dense \(unquantized\) linear weights"
+    ):
+        check_layer_options(checkpoint=dense, layer=2)
+    assert check_layer_options(checkpoint=dense, layer=2, quantize="deepseek").quantized is False
+    assert check_layer_options(checkpoint=fp8, layer=2).quantized
+    with pytest.raises(ValueError, match=r"holds FP8 weights with their own block scales; quantize='vllm'"):
+        check_layer_options(checkpoint=fp8, layer=2, quantize="vllm")
+    assert spy.fetched == [] and set(spy.opened) == {"model.safetensors"}
+    assert set(spy.sliced) == {
+        f"model.layers.2.self_attn.{m}.weight" for m in Checkpoint.synthetic("tiny").linear_modules()
+    }

@@ -47,4 +47,6 @@ def report_of(result, block_steps: Iterable[tuple[int, str, str | None]] = ()) -
         block_errors=blocks,
         patching=dict(result.patching),
         profile=result.profile,
+        positions=result.positions,
+        caveats=list(result.caveats),
     )

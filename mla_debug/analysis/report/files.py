@@ -11,14 +11,14 @@ from .triage_report import TriageReport
 
 
 def write_json(report: TriageReport, path: str | os.PathLike) -> Path:
-    """Write `report` as JSON (schema 4) to `path`, or to `stem-2.json` (-3, ...) beside it when `path`
+    """Write `report` as JSON (schema 5) to `path`, or to `stem-2.json` (-3, ...) beside it when `path`
     is taken; returns the path written."""
     return write_atomically(path, json.dumps(report.to_dict(), indent=2) + "\n")
 
 
 def load_triage(path: str | os.PathLike) -> TriageReport:
-    """A triage report written by `TriageResult.to_json` / `mla-debug triage --json` (schema 1, 2 or
-    3), as a TriageReport - without re-running anything.
+    """A triage report written by `TriageResult.to_json` / `mla-debug triage --json` (schema 1 to 5), as
+    a TriageReport - without re-running anything.
 
     Raises FileNotFoundError for a missing file and ValueError, naming the file, for one that is not
     JSON, not a triage report, or of a schema this version does not read.

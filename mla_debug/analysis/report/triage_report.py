@@ -6,10 +6,15 @@ steps, culprits with their remedies and known fixes, provenance (versions, weigh
 consulted) and what bisection cost. The report has no tensors and round-trips through JSON exactly
 (`to_dict`/`from_dict`), so a saved ``triage.json`` re-renders to the same HTML without re-running.
 
-JSON schema 4 (what `to_dict` writes)::
+JSON schema 5 (what `to_dict` writes)::
 
-  {"schema": 4,
+  {"schema": 5,
    "model", "platform", "scenario": str, "tokens": int, "device": "cpu"|"cuda", "seed": int|null,
+   "positions": {"start": int, "explicit": [int]|null}  (contiguous from start, or one per token),
+   "caveats": [{"kind": "indexer-not-modelled"|"tokens-above-index-topk"|"weights-quantized-here"
+                        |"tensors-ignored",
+                "tensors": [str], "index_topk": int|null, "tokens": int|null,
+                "recipe": {"flavor": str, "block": [int, int], "fmt": str, "ue8m0": bool}|null}],
    "tp_sizes": [int], "modes": [str], "elapsed_s": float|null,
    "provenance": Provenance.to_dict()|null  (versions, weights, scenario definition, thresholds,
                  "tuned_table": TunedTable.source, "tuned_table_source": TableSource.to_dict()|null
@@ -61,7 +66,9 @@ read back into the typed values; they carry no block errors, and a report drawn 
 later as a key of its own: a file without it - any schema 1 or 2 file, a schema 3 file written before,
 or a triage run with ``patching=False`` - loads with no confirmations, and a report drawn from it says
 that patching was not recorded. Schema 4 added "profile" (and the "set-setting" change); a file of an
-earlier schema loads with no profile.
+earlier schema loads with no profile. Schema 5 added "positions" and "caveats" (`analysis.positions`,
+`analysis.caveats`): before it every triage started at position 0, so an older file loads with
+positions from 0, and with no caveats - its report says they were not recorded.
 """
 
 from __future__ import annotations
@@ -71,19 +78,22 @@ from typing import Any
 
 from ...scenarios import Resolution
 from ..bisection import BisectStats, Culprit, CulpritGroup, group_culprits
+from ..caveats import Caveat
 from ..json_numbers import float_from_json, float_to_json
 from ..patching import PatchConfirmation
+from ..positions import TokenPositions
 from ..provenance import Provenance
 from ..tables import error_matrix_frame, steps_frame, summary_frame
 from .block_errors import BlockErrors
 from .run_report import RunReport
 
-SCHEMA = 4
-READABLE_SCHEMAS = (1, 2, 3, 4)
+SCHEMA = 5
+READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 # The first schema that kept each part: a report read from an older file lacks it for that reason.
 BLOCK_ERRORS_SINCE = 3
 PATCHING_SINCE = 3
 PROFILE_SINCE = 4
+CAVEATS_SINCE = 5
 
 
 @dataclass
@@ -99,7 +109,9 @@ class TriageReport:
     patching confirmation of every diverged configuration that was checked, by (tp, mode) - the key of
     a culprit too, so `confirmation_of(culprit)` finds the check of the configuration it explains.
     ``profile`` says how an engine profile was resolved (engine, settings in effect, rules applied
-    with their sources); None for another scenario or a file older than schema 4.
+    with their sources); None for another scenario or a file older than schema 4. ``positions`` says
+    where the tokens sat; ``caveats`` what the verdicts do not cover (empty, and not recorded, for a
+    file older than schema 5: see `caveats_recorded`).
     ``source_schema`` is the schema of the file the report was read from (SCHEMA for a report made
     here); `to_dict` always writes SCHEMA.
     """
@@ -121,6 +133,8 @@ class TriageReport:
     block_errors: list[BlockErrors] = field(default_factory=list)
     patching: dict[tuple[int, str], PatchConfirmation] = field(default_factory=dict)
     profile: Resolution | None = None
+    positions: TokenPositions = field(default_factory=TokenPositions)
+    caveats: list[Caveat] = field(default_factory=list)
     source_schema: int = SCHEMA
 
     # -- what a reader looks up --------------------------------------------------------------------
@@ -129,6 +143,11 @@ class TriageReport:
             if r.tp == tp and r.mode == mode:
                 return r
         raise KeyError(f"no run at TP{tp} {mode}; have {[(r.tp, r.mode) for r in self.runs]}")
+
+    @property
+    def caveats_recorded(self) -> bool:
+        """Whether the report could hold caveats: False for a file older than schema 5."""
+        return self.source_schema >= CAVEATS_SINCE
 
     @property
     def diverged_runs(self) -> list[RunReport]:
@@ -194,7 +213,7 @@ class TriageReport:
 
     # -- JSON ----------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON schema 4 (see the module docstring); `from_dict` gives an equal report back."""
+        """JSON schema 5 (see the module docstring); `from_dict` gives an equal report back."""
         index = {id(k): i for i, k in enumerate(self.culprits)}
         return {
             "schema": SCHEMA,
@@ -204,6 +223,8 @@ class TriageReport:
             "tokens": self.tokens,
             "device": self.device,
             "seed": self.seed,
+            "positions": self.positions.to_dict(),
+            "caveats": [c.to_dict() for c in self.caveats],
             "tp_sizes": list(self.tp_sizes),
             "modes": list(self.modes),
             "elapsed_s": float_to_json(self.elapsed_s),
@@ -225,7 +246,7 @@ class TriageReport:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TriageReport:
-        """A report from JSON data of schema 1 to 4. ValueError for anything else, saying why."""
+        """A report from JSON data of schema 1 to 5. ValueError for anything else, saying why."""
         from .legacy import upgrade
 
         if not isinstance(data, dict) or "runs" not in data or "model" not in data:
@@ -258,6 +279,8 @@ class TriageReport:
             block_errors=[BlockErrors.from_dict(b) for b in data.get("block_errors", [])],
             patching=_patching_from(data.get("patching", [])),
             profile=Resolution.from_dict(data["profile"]) if data.get("profile") else None,
+            positions=TokenPositions.from_dict(data["positions"]) if data.get("positions") else TokenPositions(),
+            caveats=[Caveat.from_dict(c) for c in data.get("caveats", [])],
             source_schema=schema,
         )
 
