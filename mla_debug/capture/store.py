@@ -154,7 +154,7 @@ def read_rank(folder: Path) -> tuple[CaptureManifest, RankCapture]:
             for name, entry in data["tensors"].items():
                 label = f"{tensors_path} [{name}]"
                 layout = TensorLayout.from_json(entry.get("layout", {}), label)
-                tensor = rebuild(handle.get_tensor(name), layout, label)
+                tensor = rebuild(handle.get_tensor(name), layout, label, owned=True)  # read once, held by nothing else
                 tensors[name] = _captured(name, entry, tensor, label)
     except SafetensorError as err:
         raise ValueError(f"{tensors_path}: not a readable safetensors file ({err}); the file is corrupt") from None

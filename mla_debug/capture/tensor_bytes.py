@@ -105,9 +105,11 @@ def exact_copy(tensor: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(storage, layout.shape, layout.stride, layout.storage_offset)
 
 
-def rebuild(data: torch.Tensor, layout: TensorLayout, where: str) -> torch.Tensor:
+def rebuild(data: torch.Tensor, layout: TensorLayout, where: str, *, owned: bool = False) -> torch.Tensor:
     """The tensor `layout` reads from `data` (the bytes `spanned_bytes` returned), with the same strides
-    and storage offset as the original."""
+    and storage offset as the original. With `owned` (the caller hands over `data`, as a file reader
+    does with the tensor it just read) a layout with no bytes before its span reads `data` in place;
+    otherwise the result has its own storage."""
     if data.dtype != torch.uint8 or data.dim() != 1:
         raise ValueError(f"{where}: stored bytes must be a 1-D uint8 tensor, got {data.dtype} of shape {tuple(data.shape)}")
     if data.numel() != layout.nbytes:
@@ -116,6 +118,10 @@ def rebuild(data: torch.Tensor, layout: TensorLayout, where: str) -> torch.Tenso
             f"stride {layout.stride} spans {layout.nbytes} bytes (the file is corrupt or belongs to another manifest)"
         )
     item = torch.empty((), dtype=layout.dtype).element_size()
+    if owned and layout.storage_offset == 0 and data.storage_offset() % item == 0 and data.is_contiguous():
+        # Nothing precedes the span: the stored bytes are the storage, read in place (no zeroed buffer
+        # and no second copy of a real-size weight).
+        return torch.as_strided(data.view(layout.dtype), layout.shape, layout.stride, 0)
     storage = torch.zeros((layout.storage_offset + layout.span) * item, dtype=torch.uint8)
     storage[layout.storage_offset * item :] = data
     return torch.as_strided(storage.view(layout.dtype), layout.shape, layout.stride, layout.storage_offset)

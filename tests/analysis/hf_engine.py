@@ -5,21 +5,23 @@ Tensor parallelism is emulated rank by rank, as transformers' tp_plan shards MLA
 o_proj (whose output is then a partial sum). Defects are planted into the loaded modules the way an
 engine bug would: aiter's own `shuffle_weight` (amd-aiter, loaded by `mla_debug.real_aiter`) applied to a
 weight after loading, a preshuffle-aware reader, an FP8 linear whose consumer reads its activation scale
-in the other byte order, a W_UK derived from relaid bytes. Forward hooks record what each rank held and
-computed, and the records become a `Capture` under the canonical names (built from the capture types
-directly, so these tests do not depend on the recorder).
+in the other byte order, a W_UK derived from relaid bytes. Each rank is recorded by the real recorder,
+`md.capture(...)` with transformers' name map (rank=/tp_size= given, as data/captures/make_samples.py
+does), into a folder that `md.load_capture` reads back: the tests exercise capture -> store -> load ->
+diff -> explain end to end.
 """
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 import mla_debug as md
-from mla_debug.capture import Capture, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
+from mla_debug.capture import Capture
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf  # noqa: E402
@@ -197,120 +199,64 @@ def inputs(tokens: int = 8, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(tokens, 512, generator=gen).to(torch.bfloat16), torch.arange(3, 3 + tokens)
 
 
-def _shard_of(module: str, tensor_name: str) -> tuple[Shard, int | None]:
-    if module in COLUMN:
-        return Shard.SPLIT, 0
-    if module in ROW:
-        return Shard.SPLIT, 1
-    return Shard.REPLICATED, None
+def run_rank(
+    attention: nn.Module, hidden: torch.Tensor, positions: torch.Tensor, rank: int, tp: int, out: Path, note: str = ""
+) -> Path:
+    """Forward one rank inside `md.capture` (transformers' name map, found from the attention's class) and
+    return the rank folder it wrote under `out`.
 
-
-def run_rank(attention: nn.Module, hidden: torch.Tensor, positions: torch.Tensor, rank: int, tp: int):
-    """Forward one rank with hooks on every canonical module; returns its captured tensors by name."""
-    tensors: dict[str, CapturedTensor] = {}
-    hooks = []
-
-    def record(name):
-        def hook(module, args, output):
-            x, y = args[0].reshape(-1, args[0].shape[-1]), output.reshape(-1, output.shape[-1])
-            split_out = name in COLUMN and tp > 1
-            tensors[f"{name}.input"] = CapturedTensor(
-                f"{name}.input",
-                TensorRole.INPUT,
-                x.detach().clone(),
-                STEPS[name],
-                shard=Shard.SPLIT if name in ROW and tp > 1 else Shard.REPLICATED,
-                shard_dim=1 if name in ROW and tp > 1 else None,
-            )
-            out_shard = (
-                Shard.SPLIT if split_out else (Shard.PARTIAL_SUM if name in ROW and tp > 1 else Shard.REPLICATED)
-            )
-            tensors[f"{name}.output"] = CapturedTensor(
-                f"{name}.output",
-                TensorRole.OUTPUT,
-                y.detach().clone(),
-                STEPS[name],
-                shard=out_shard,
-                shard_dim=1 if split_out else None,
-            )
-            scale = getattr(module, "last_input_scale", None)
-            if scale is not None:
-                tensors[f"{name}.input_scale"] = CapturedTensor(
-                    f"{name}.input_scale",
-                    TensorRole.INPUT_SCALE,
-                    scale.detach().clone(),
-                    STEPS[name],
-                    shard=tensors[f"{name}.input"].shard,
-                    shard_dim=tensors[f"{name}.input"].shard_dim,
-                )
-
-        return hook
-
-    for name in LINEARS + NORMS:
-        hooks.append(getattr(attention, name).register_forward_hook(record(name)))
+    What the hooks cannot see is handed to the capture with `record`, as engine code would: the activation
+    scale an FP8 linear computed inside its forward (`last_input_scale`) and a derived W_UK the module keeps.
+    Each emulated rank returns its o_proj partial sum un-reduced (`row_output_reduced=False`).
+    """
+    cfg = md.MLAConfig.from_hf(hf_config().to_dict(), name="hf-tiny")
     rotary = hf.DeepseekV3RotaryEmbedding(hf_config())
     x = hidden.unsqueeze(0)
     cos, sin = rotary(x.float(), positions.unsqueeze(0))
     t = hidden.shape[0]
     mask = torch.full((t, t), float("-inf")).triu(1).view(1, 1, t, t)
-    try:
-        with torch.no_grad():
-            attention(x, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)), attention_mask=mask.to(x.dtype))
-    finally:
-        for h in hooks:
-            h.remove()
-    for name in LINEARS + NORMS:
-        module = getattr(attention, name)
-        for attr, role in (("weight", TensorRole.WEIGHT), ("weight_scale_inv", TensorRole.WEIGHT_SCALE)):
-            value = getattr(module, attr, None)
-            if value is None:
-                continue
-            shard, dim = _shard_of(name, attr) if tp > 1 else (Shard.REPLICATED, None)
-            full = f"{name}.{attr}"
-            tensors[full] = CapturedTensor(
-                full, role, value.detach().clone(), None, f"self_attn.{full}", shard=shard, shard_dim=dim
-            )
-    w_uk = getattr(attention, "W_UK", None)
-    if w_uk is not None:
-        tensors["W_UK"] = CapturedTensor(
-            "W_UK",
-            TensorRole.DERIVED_WEIGHT,
-            w_uk,
-            "absorb_uk",
-            "self_attn.W_UK",
-            shard=Shard.SPLIT if tp > 1 else Shard.REPLICATED,
-            shard_dim=0 if tp > 1 else None,
-        )
-    tensors["layer.input"] = CapturedTensor("layer.input", TensorRole.INPUT, hidden, "fused_qkv_a")
-    return tensors
+    with (
+        md.capture(
+            attention,
+            out,
+            layer=0,
+            cfg=cfg,
+            rank=rank,
+            tp_size=tp,
+            positions=positions.tolist(),
+            engine=md.capture.EngineInfo("transformers", transformers.__version__),
+            mode="prefill",
+            row_output_reduced=False,
+            note=note,
+        ) as cap,
+        torch.no_grad(),
+    ):
+        attention(x, position_embeddings=(cos.to(x.dtype), sin.to(x.dtype)), attention_mask=mask.to(x.dtype))
+        for name in LINEARS:
+            scale = getattr(getattr(attention, name), "last_input_scale", None)
+            if scale is not None:
+                cap.record(f"{name}.input_scale", scale)
+        w_uk = getattr(attention, "W_UK", None)
+        if w_uk is not None:
+            cap.record("W_UK", w_uk)
+    assert cap.path is not None
+    return cap.path
 
 
-def capture_ranks(modules: list[nn.Module], hidden: torch.Tensor, positions: torch.Tensor, note: str = "") -> Capture:
-    tp = len(modules)
-    ranks = [RankCapture(r, tp, run_rank(m, hidden, positions, r, tp)) for r, m in enumerate(modules)]
-    partials = [rk.tensors["o_proj.output"].tensor for rk in ranks]
-    total = md.parallel.gather.sum_in_rank_order(partials).to(partials[0].dtype)
-    for rk in ranks:
-        rk.tensors["layer.output"] = CapturedTensor("layer.output", TensorRole.OUTPUT, total, "o_proj")
-    cfg = md.MLAConfig.from_hf(hf_config().to_dict(), name="hf-tiny")
-    manifest = CaptureManifest(
-        engine=EngineInfo("transformers", transformers.__version__),
-        cfg=cfg,
-        layer=0,
-        tp_size=tp,
-        positions=tuple(int(p) for p in positions),
-        tokens=tuple(range(hidden.shape[0])),
-        model_type="deepseek_v3",
-        mode="prefill",
-        note=note,
-    )
-    return Capture(manifest, ranks)
+def capture_ranks(
+    modules: list[nn.Module], hidden: torch.Tensor, positions: torch.Tensor, out: Path, note: str = ""
+) -> Capture:
+    """Capture every rank's module into the new folder `out` and load it back with `md.load_capture`."""
+    for rank, module in enumerate(modules):
+        run_rank(module, hidden, positions, rank, len(modules), out, note)
+    return md.load_capture(out)
 
 
 def capture(
-    state, tp: int, hidden, positions, plant=None, fp8: dict[str, torch.Tensor] | None = None, reads=None
+    state, tp: int, hidden, positions, out: Path, plant=None, fp8: dict[str, torch.Tensor] | None = None, reads=None
 ) -> Capture:
-    """Capture the engine at `tp`; `plant(module, rank, tp)` edits each loaded rank module (the defect)."""
+    """Capture the engine at `tp` into the new folder `out` and load it back; `plant(module, rank, tp)`
+    edits each loaded rank module (the defect)."""
     modules = []
     for rank in range(tp):
         module = rank_module(state, rank, tp)
@@ -319,4 +265,4 @@ def capture(
         if plant is not None:
             plant(module, rank, tp)
         modules.append(module)
-    return capture_ranks(modules, hidden, positions)
+    return capture_ranks(modules, hidden, positions, Path(out))

@@ -17,6 +17,12 @@ from mla_debug.analysis.capture_stories import StoryKind
 
 
 @pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A new, empty folder for each capture (the recorder never writes over an existing rank folder)."""
+    return lambda: tmp_path_factory.mktemp("capture")
+
+
+@pytest.fixture(scope="module")
 def weights():
     return hf_engine.loaded_weights(seed=0)
 
@@ -27,8 +33,8 @@ def tokens():
 
 
 @pytest.fixture(scope="module")
-def clean_tp2(weights, tokens):
-    return hf_engine.capture(weights, 2, *tokens)
+def clean_tp2(folder, weights, tokens):
+    return hf_engine.capture(weights, 2, *tokens, folder())
 
 
 def shuffle(module_name: str, times: int):
@@ -43,8 +49,8 @@ def shuffle(module_name: str, times: int):
     return plant
 
 
-def test_clean_captures_agree_and_get_no_story(weights, tokens, clean_tp2):
-    clean_tp4 = hf_engine.capture(weights, 4, *tokens)
+def test_clean_captures_agree_and_get_no_story(folder, weights, tokens, clean_tp2):
+    clean_tp4 = hf_engine.capture(weights, 4, *tokens, folder())
     diff = md.diff_captures(clean_tp2, clean_tp4)
     assert diff.base is LayoutBase.CHECKPOINT
     assert diff.diverged_steps == []
@@ -55,8 +61,8 @@ def test_clean_captures_agree_and_get_no_story(weights, tokens, clean_tp2):
         assert explanation.stories == [] and explanation.unexplained == []
 
 
-def test_weight_shuffled_once_under_a_plain_reader_is_found_and_named(weights, tokens, clean_tp2):
-    bad = hf_engine.capture(weights, 4, *tokens, plant=shuffle("kv_b_proj", 1))
+def test_weight_shuffled_once_under_a_plain_reader_is_found_and_named(folder, weights, tokens, clean_tp2):
+    bad = hf_engine.capture(weights, 4, *tokens, folder(), plant=shuffle("kv_b_proj", 1))
     diff = md.diff_captures(clean_tp2, bad)
     assert diff.first_divergent.step == "kv_b_proj"
     kv_b = diff.weight("kv_b_proj.weight")
@@ -74,9 +80,9 @@ def test_weight_shuffled_once_under_a_plain_reader_is_found_and_named(weights, t
     assert explanation.of("o_proj").outcome is Outcome.CORRECT_FROM_INPUTS  # inherited, not a second story
 
 
-def test_weight_shuffled_twice_is_counted_and_named(weights, tokens, clean_tp2):
+def test_weight_shuffled_twice_is_counted_and_named(folder, weights, tokens, clean_tp2):
     # o_proj per rank at TP2 is (512, 512) bf16: 1024-byte rows, so two shuffles are not the plain bytes.
-    bad = hf_engine.capture(weights, 2, *tokens, plant=shuffle("o_proj", 2))
+    bad = hf_engine.capture(weights, 2, *tokens, folder(), plant=shuffle("o_proj", 2))
     diff = md.diff_captures(clean_tp2, bad)
     assert diff.first_divergent.step == "o_proj"
     assert {r.shuffles for r in diff.weight("o_proj.weight").side("b")} == {2}
@@ -85,23 +91,23 @@ def test_weight_shuffled_twice_is_counted_and_named(weights, tokens, clean_tp2):
     assert {h.shuffles for h in step.held} == {2}
 
 
-def test_double_shuffle_under_a_preshuffle_aware_reader(weights, tokens, clean_tp2):
+def test_double_shuffle_under_a_preshuffle_aware_reader(folder, weights, tokens, clean_tp2):
     def plant(module, rank, tp):
         reader = hf_engine.PreshuffledLinear(hf_engine.aiter_shuffle()(module.q_b_proj.weight.data))  # the kernel's
         reader.weight.data = hf_engine.aiter_shuffle()(reader.weight.data)  # and the model's own shuffle
         module.q_b_proj = reader
 
-    bad = hf_engine.capture(weights, 2, *tokens, plant=plant)
+    bad = hf_engine.capture(weights, 2, *tokens, folder(), plant=plant)
     step = md.explain_capture(bad, clean_tp2.checkpoint()).of("q_b_proj")
     assert step.story == (StoryKind.WEIGHT_SHUFFLED_TWICE,)
     assert step.best.weight_unshuffles == 1
 
 
-def test_a_preshuffle_aware_reader_given_its_weight_shuffled_once_is_correct(weights, tokens, clean_tp2):
+def test_a_preshuffle_aware_reader_given_its_weight_shuffled_once_is_correct(folder, weights, tokens, clean_tp2):
     def plant(module, rank, tp):
         module.q_b_proj = hf_engine.PreshuffledLinear(hf_engine.aiter_shuffle()(module.q_b_proj.weight.data))
 
-    fine = hf_engine.capture(weights, 2, *tokens, plant=plant)
+    fine = hf_engine.capture(weights, 2, *tokens, folder(), plant=plant)
     diff = md.diff_captures(clean_tp2, fine)
     assert diff.diverged_steps == []
     assert diff.weight("q_b_proj.weight").difference is Difference.LAYOUT  # the layout differs, the values do not
@@ -113,9 +119,9 @@ def fp8_weights(weights):
     return hf_engine.fp8_checkpoint(weights)
 
 
-def test_a_row_major_scale_handed_to_a_column_major_reader(weights, fp8_weights, tokens):
-    clean = hf_engine.capture(weights, 2, *tokens, fp8=fp8_weights)
-    bad = hf_engine.capture(weights, 2, *tokens, fp8=fp8_weights, reads={"q_b_proj": "col"})
+def test_a_row_major_scale_handed_to_a_column_major_reader(folder, weights, fp8_weights, tokens):
+    clean = hf_engine.capture(weights, 2, *tokens, folder(), fp8=fp8_weights)
+    bad = hf_engine.capture(weights, 2, *tokens, folder(), fp8=fp8_weights, reads={"q_b_proj": "col"})
     assert md.explain_capture(clean).stories == []
     diff = md.diff_captures(clean, bad)
     assert diff.first_divergent.step == "q_b_proj"
@@ -127,7 +133,7 @@ def test_a_row_major_scale_handed_to_a_column_major_reader(weights, fp8_weights,
     assert step.best.rel_err < 1e-2 < 0.1 < step.correct.rel_err
 
 
-def test_w_uk_derived_from_relaid_bytes(weights, tokens, clean_tp2):
+def test_w_uk_derived_from_relaid_bytes(folder, weights, tokens, clean_tp2):
     cfg = clean_tp2.cfg
 
     def plant(module, rank, tp):
@@ -142,7 +148,7 @@ def test_w_uk_derived_from_relaid_bytes(weights, tokens, clean_tp2):
             .to(torch.bfloat16)
         )
 
-    bad = hf_engine.capture(weights, 2, *tokens, plant=plant)
+    bad = hf_engine.capture(weights, 2, *tokens, folder(), plant=plant)
     explanation = md.explain_capture(bad, clean_tp2.checkpoint())
     w_uk = explanation.of("W_UK")
     assert w_uk.outcome is Outcome.EXPLAINED
@@ -150,7 +156,7 @@ def test_w_uk_derived_from_relaid_bytes(weights, tokens, clean_tp2):
     assert [s.tensor for s in explanation.stories] == ["W_UK"]  # the prefill steps themselves are right
 
 
-def test_a_correct_w_uk_gets_no_story(weights, tokens, clean_tp2):
+def test_a_correct_w_uk_gets_no_story(folder, weights, tokens, clean_tp2):
     cfg = clean_tp2.cfg
 
     def plant(module, rank, tp):
@@ -158,26 +164,26 @@ def test_a_correct_w_uk_gets_no_story(weights, tokens, clean_tp2):
         w = module.kv_b_proj.weight.data.float().view(heads, cfg.qk_nope_head_dim + cfg.v_head_dim, -1)
         module.W_UK = w[:, : cfg.qk_nope_head_dim].transpose(1, 2).contiguous().to(torch.bfloat16)  # (h, Lkv, P)
 
-    fine = hf_engine.capture(weights, 2, *tokens, plant=plant)
+    fine = hf_engine.capture(weights, 2, *tokens, folder(), plant=plant)
     explanation = md.explain_capture(fine)
     assert explanation.of("W_UK").outcome is Outcome.CORRECT_FROM_INPUTS
     assert explanation.stories == []
 
 
-def test_unknown_corruption_says_no_story(weights, tokens, clean_tp2):
+def test_unknown_corruption_says_no_story(folder, weights, tokens, clean_tp2):
     def plant(module, rank, tp):
         with torch.no_grad():
             module.kv_b_proj.weight.data = module.kv_b_proj.weight.data.flip(1).contiguous()
 
-    bad = hf_engine.capture(weights, 2, *tokens, plant=plant)
+    bad = hf_engine.capture(weights, 2, *tokens, folder(), plant=plant)
     diff = md.diff_captures(clean_tp2, bad)
     assert diff.weight("kv_b_proj.weight").difference is Difference.VALUE
     step = md.explain_capture(bad, clean_tp2.checkpoint()).of("kv_b_proj")
     assert step.outcome is Outcome.NO_STORY
 
 
-def test_diff_against_the_reference_run_and_json_round_trips(weights, tokens, clean_tp2, tmp_path):
-    bad = hf_engine.capture(weights, 2, *tokens, plant=shuffle("kv_b_proj", 1))
+def test_diff_against_the_reference_run_and_json_round_trips(folder, weights, tokens, clean_tp2, tmp_path):
+    bad = hf_engine.capture(weights, 2, *tokens, folder(), plant=shuffle("kv_b_proj", 1))
     # Nothing marks the shuffled bytes (a clone lost aiter's is_shuffled), so the checkpoint is given.
     diff = md.diff_captures(bad, reference=True, checkpoint=clean_tp2.checkpoint())
     assert diff.a.engine == "mla_debug-reference" and diff.b.engine == "transformers"
@@ -192,7 +198,7 @@ def test_diff_against_the_reference_run_and_json_round_trips(weights, tokens, cl
     assert set(explanation.table["outcome"]) >= {"explained"}
 
 
-def test_mismatched_captures_are_refused(weights, tokens, clean_tp2):
-    other = hf_engine.capture(weights, 2, tokens[0], tokens[1] + 1)
+def test_mismatched_captures_are_refused(folder, weights, tokens, clean_tp2):
+    other = hf_engine.capture(weights, 2, tokens[0], tokens[1] + 1, folder())
     with pytest.raises(ValueError, match="positions"):
         md.diff_captures(clean_tp2, other)

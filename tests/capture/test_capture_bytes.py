@@ -68,6 +68,24 @@ def test_bytes_round_trip_keeps_layout_and_bytes(view):
     assert torch.equal(raw(back), raw(view))
 
 
+@given(views())
+@settings(max_examples=80, deadline=None)
+def test_owned_bytes_round_trip_the_same_and_only_unowned_ones_are_copied(view):
+    layout = layout_of(view)
+    owned = rebuild(spanned_bytes(view).clone(), layout, "test", owned=True)
+    assert (owned.dtype, owned.shape, owned.stride(), owned.storage_offset()) == (
+        view.dtype,
+        view.shape,
+        view.stride(),
+        view.storage_offset(),
+    )
+    assert torch.equal(raw(owned), raw(view))
+    given = spanned_bytes(view)  # a view of the original's storage: not handed over, so never aliased
+    copied = rebuild(given, layout, "test")
+    if view.numel():
+        assert copied.untyped_storage().data_ptr() != view.untyped_storage().data_ptr()
+
+
 def test_the_span_is_only_what_the_view_touches():
     base = torch.arange(100, dtype=torch.float32).view(10, 10)
     view = base[2:4, 3:5]  # offset 23, stride (10, 1): elements 23..34

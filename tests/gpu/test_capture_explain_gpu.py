@@ -1,7 +1,7 @@
 """On a CUDA GPU: an FP8 engine assembled from code that is not ours - transformers' DeepSeek-V3 attention
 whose linears run aiter's real Triton per-1x128 group quant and Triton block-scale GEMM (amd-aiter, loaded
-by `mla_debug.real_aiter`, launched by `mla_debug.gpu.aiter_triton`) - captured at TP2 rank by rank and
-explained against mla_debug's FP8 emulation.
+by `mla_debug.real_aiter`, launched by `mla_debug.gpu.aiter_triton`) - captured at TP2 rank by rank with
+`md.capture` and explained against mla_debug's FP8 emulation.
 
 Clean, the engine stays within the FP8 noise floor of the reference run and gets no story. With a defect
 planted the way aiter's producers plant it - the GEMM handed a column-major "view" scale (transposed bytes
@@ -23,7 +23,7 @@ import mla_debug as md
 
 pytestmark = pytest.mark.gpu
 
-# The transformers engine of the CPU tests (rank-by-rank TP, hooks into a Capture) is shared from there.
+# The transformers engine of the CPU tests (rank-by-rank TP, recorded by md.capture) is shared from there.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 
 
@@ -66,7 +66,7 @@ class AiterTritonLinear(torch.nn.Module):
         return y.to(x.dtype).to(x.device).view(*shape[:-1], -1)
 
 
-def _capture(hf_engine, weights, fp8, tokens, defect: bool):
+def _capture(hf_engine, weights, fp8, tokens, out: Path, defect: bool):
     def plant(module, rank, tp):
         for name in hf_engine.LINEARS:
             w, s = fp8[f"{name}.weight"], fp8[f"{name}.weight_scale_inv"]
@@ -77,28 +77,23 @@ def _capture(hf_engine, weights, fp8, tokens, defect: bool):
             view = defect and name == "q_b_proj"
             setattr(module, name, AiterTritonLinear(w.contiguous(), s.contiguous(), view))
 
-    capture = hf_engine.capture(weights, 2, *tokens, plant=plant)
-    for rank in capture.ranks:  # the analysis runs on the CPU
-        for name, captured in list(rank.tensors.items()):
-            if captured.tensor.is_cuda:
-                from dataclasses import replace
-
-                rank.tensors[name] = replace(captured, tensor=captured.tensor.cpu())
-    return capture
+    # md.capture writes the GPU tensors' bytes to the folder; md.load_capture reads them back on the CPU,
+    # where the analysis runs.
+    return hf_engine.capture(weights, 2, *tokens, out, plant=plant)
 
 
-def test_aiter_triton_engine_within_fp8_noise_then_a_planted_scale_view_named():
+def test_aiter_triton_engine_within_fp8_noise_then_a_planted_scale_view_named(tmp_path):
     hf_engine = _engine()
     weights = hf_engine.loaded_weights(seed=0)
     fp8 = hf_engine.fp8_checkpoint(weights)
     tokens = hf_engine.inputs(tokens=16, seed=1)
-    clean = _capture(hf_engine, weights, fp8, tokens, defect=False)
+    clean = _capture(hf_engine, weights, fp8, tokens, tmp_path / "clean", defect=False)
     ckpt = clean.checkpoint()
     against_reference = md.diff_captures(clean, reference=True, checkpoint=ckpt)
     assert against_reference.diverged_steps == [], against_reference.table.to_string()
     assert md.explain_capture(clean, ckpt).stories == []
 
-    bad = _capture(hf_engine, weights, fp8, tokens, defect=True)
+    bad = _capture(hf_engine, weights, fp8, tokens, tmp_path / "bad", defect=True)
     diff = md.diff_captures(clean, bad, ckpt)
     assert diff.first_divergent.step == "q_b_proj"
     step = md.explain_capture(bad, ckpt, diff=diff).of("q_b_proj")
