@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hf_deepseek import attention_widths, eager
 from torch import nn
 
 import mla_debug as md
@@ -27,16 +28,6 @@ transformers = pytest.importorskip("transformers")
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf  # noqa: E402
 
 HEADS = 8
-ROPE = {
-    "rope_type": "yarn",
-    "rope_theta": 10000.0,
-    "factor": 40.0,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "mscale": 1.0,
-    "mscale_all_dim": 1.0,
-    "original_max_position_embeddings": 4096,
-}
 LINEARS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj")
 NORMS = ("q_a_layernorm", "kv_a_layernorm")
 COLUMN, ROW = ("q_b_proj", "kv_b_proj"), ("o_proj",)
@@ -52,23 +43,7 @@ STEPS = {
 
 
 def hf_config(heads: int = HEADS):
-    config = transformers.DeepseekV3Config(
-        hidden_size=512,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        q_lora_rank=256,
-        kv_lora_rank=128,
-        qk_nope_head_dim=128,
-        qk_rope_head_dim=64,
-        v_head_dim=128,
-        rms_norm_eps=1e-6,
-        max_position_embeddings=163840,
-        rope_parameters=dict(ROPE),
-        rope_interleave=True,
-        attention_bias=False,
-    )
-    config._attn_implementation = "eager"
-    return config
+    return eager(transformers.DeepseekV3Config(rope_interleave=True, **attention_widths(heads)))
 
 
 @functools.lru_cache(maxsize=1)

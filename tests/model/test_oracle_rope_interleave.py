@@ -11,42 +11,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hf_deepseek import attention_widths, eager
 
 import mla_debug as md
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf  # noqa: E402
 
-ROPE = {
-    "rope_type": "yarn",
-    "rope_theta": 10000.0,
-    "factor": 40.0,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "mscale": 1.0,
-    "mscale_all_dim": 1.0,
-    "original_max_position_embeddings": 4096,
-}
 POSITIONS = torch.arange(5000, 5012)  # past original_max_position_embeddings: yarn's interpolation matters
 
 
 def reference_module(interleave: bool):
-    config = transformers.DeepseekV3Config(
-        hidden_size=512,
-        num_attention_heads=16,
-        num_key_value_heads=16,
-        q_lora_rank=256,
-        kv_lora_rank=128,
-        qk_nope_head_dim=128,
-        qk_rope_head_dim=64,
-        v_head_dim=128,
-        rms_norm_eps=1e-6,
-        max_position_embeddings=163840,
-        rope_parameters=dict(ROPE),
-        rope_interleave=interleave,
-        attention_bias=False,
-    )
-    config._attn_implementation = "eager"
+    config = eager(transformers.DeepseekV3Config(rope_interleave=interleave, **attention_widths()))
     torch.manual_seed(3)
     attention = hf.DeepseekV3Attention(config, layer_idx=0).eval()
     with torch.no_grad():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ckpt_helpers import deepseek_block_cast, deepseek_dequantize
+from hf_deepseek import attention_widths, eager
 
 import mla_debug as md
 from mla_debug.model.indexer import SparseAttentionWarning
@@ -29,42 +30,17 @@ transformers = pytest.importorskip("transformers")
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf_v3  # noqa: E402
 from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf_v32  # noqa: E402
 
-ROPE = {
-    "rope_type": "yarn",
-    "rope_theta": 10000.0,
-    "factor": 40.0,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "mscale": 1.0,
-    "mscale_all_dim": 1.0,
-    "original_max_position_embeddings": 4096,
-}
 TOKENS = 12
 INDEX_TOPK = TOKENS  # V3.2 runs below are exact up to here, inclusive
 STARTS = (100, 5000)  # inside the yarn-blended region, and past original_max_position_embeddings
 
 
 def _config(arch: str):
-    common = dict(
-        hidden_size=512,
-        num_attention_heads=16,
-        num_key_value_heads=16,
-        q_lora_rank=256,
-        kv_lora_rank=128,
-        qk_nope_head_dim=128,
-        qk_rope_head_dim=64,
-        v_head_dim=128,
-        rms_norm_eps=1e-6,
-        max_position_embeddings=163840,
-        rope_parameters=dict(ROPE),
-        attention_bias=False,
-    )
     if arch == "v3":
-        config = transformers.DeepseekV3Config(rope_interleave=True, **common)
-    else:  # V3.2's MLA always interleaves; its indexer has 4 heads of 128 here
-        config = transformers.DeepseekV32Config(index_n_heads=4, index_head_dim=128, index_topk=INDEX_TOPK, **common)
-    config._attn_implementation = "eager"
-    return config
+        return eager(transformers.DeepseekV3Config(rope_interleave=True, **attention_widths()))
+    # V3.2's MLA always interleaves; its indexer has 4 heads of 128 here
+    indexer = dict(index_n_heads=4, index_head_dim=128, index_topk=INDEX_TOPK)
+    return eager(transformers.DeepseekV32Config(**indexer, **attention_widths()))
 
 
 @pytest.fixture(scope="module", params=["v3", "v3.2"])
