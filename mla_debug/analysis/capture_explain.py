@@ -397,6 +397,13 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
             )
         if x.element_size() == 1 and act is None:
             return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=(f"{step}.input_scale",))
+        rows = x.reshape(-1, x.shape[-1]).shape[0]
+        if act is not None and act.tensor.dim() == 2 and act.tensor.shape[0] != rows:
+            # A scale handed over whole (its byte order is the evidence, and a misread mixes every token's
+            # scales) beside inputs kept for chosen tokens only: the stories cannot recompute those rows.
+            held = act.tensor.shape[0]
+            missing = (f"{step}.input_scale of the {rows} kept tokens (it holds {held} rows: capture every token)",)
+            return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=missing)
         ops = LinearOperands(
             x=x.reshape(-1, x.shape[-1]),
             act_scale=None if act is None else act.tensor,

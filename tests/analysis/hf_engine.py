@@ -175,14 +175,22 @@ def inputs(tokens: int = 8, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run_rank(
-    attention: nn.Module, hidden: torch.Tensor, positions: torch.Tensor, rank: int, tp: int, out: Path, note: str = ""
+    attention: nn.Module,
+    hidden: torch.Tensor,
+    positions: torch.Tensor,
+    rank: int,
+    tp: int,
+    out: Path,
+    note: str = "",
+    tokens: list[int] | None = None,
 ) -> Path:
     """Forward one rank inside `md.capture` (transformers' name map, found from the attention's class) and
     return the rank folder it wrote under `out`.
 
     What the hooks cannot see is handed to the capture with `record`, as engine code would: the activation
     scale an FP8 linear computed inside its forward (`last_input_scale`) and a derived W_UK the module keeps.
-    Each emulated rank returns its o_proj partial sum un-reduced (`row_output_reduced=False`).
+    Each emulated rank returns its o_proj partial sum un-reduced (`row_output_reduced=False`). `tokens`
+    keeps only those rows (all by default).
     """
     cfg = md.MLAConfig.from_hf(hf_config().to_dict(), name="hf-tiny")
     rotary = hf.DeepseekV3RotaryEmbedding(hf_config())
@@ -198,7 +206,8 @@ def run_rank(
             cfg=cfg,
             rank=rank,
             tp_size=tp,
-            positions=positions.tolist(),
+            tokens=tokens,
+            positions=(positions if tokens is None else positions[tokens]).tolist(),
             engine=md.capture.EngineInfo("transformers", transformers.__version__),
             mode="prefill",
             row_output_reduced=False,
@@ -219,16 +228,29 @@ def run_rank(
 
 
 def capture_ranks(
-    modules: list[nn.Module], hidden: torch.Tensor, positions: torch.Tensor, out: Path, note: str = ""
+    modules: list[nn.Module],
+    hidden: torch.Tensor,
+    positions: torch.Tensor,
+    out: Path,
+    note: str = "",
+    tokens: list[int] | None = None,
 ) -> Capture:
     """Capture every rank's module into the new folder `out` and load it back with `md.load_capture`."""
     for rank, module in enumerate(modules):
-        run_rank(module, hidden, positions, rank, len(modules), out, note)
+        run_rank(module, hidden, positions, rank, len(modules), out, note, tokens)
     return md.load_capture(out)
 
 
 def capture(
-    state, tp: int, hidden, positions, out: Path, plant=None, fp8: dict[str, torch.Tensor] | None = None, reads=None
+    state,
+    tp: int,
+    hidden,
+    positions,
+    out: Path,
+    plant=None,
+    fp8: dict[str, torch.Tensor] | None = None,
+    reads=None,
+    tokens: list[int] | None = None,
 ) -> Capture:
     """Capture the engine at `tp` into the new folder `out` and load it back; `plant(module, rank, tp)`
     edits each loaded rank module (the defect)."""
@@ -240,4 +262,4 @@ def capture(
         if plant is not None:
             plant(module, rank, tp)
         modules.append(module)
-    return capture_ranks(modules, hidden, positions, Path(out))
+    return capture_ranks(modules, hidden, positions, Path(out), tokens=tokens)
