@@ -398,15 +398,19 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
         if x.element_size() == 1 and act is None:
             return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=(f"{step}.input_scale",))
         rows = x.reshape(-1, x.shape[-1]).shape[0]
+        scale_rows = None
         if act is not None and act.tensor.dim() == 2 and act.tensor.shape[0] != rows:
             # A scale handed over whole (its byte order is the evidence, and a misread mixes every token's
-            # scales) beside inputs kept for chosen tokens only: the stories cannot recompute those rows.
-            held = act.tensor.shape[0]
-            missing = (f"{step}.input_scale of the {rows} kept tokens (it holds {held} rows: capture every token)",)
-            return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=missing)
+            # scales) beside inputs kept for the chosen tokens: read whole, then compared at those rows.
+            held_rows, kept = act.tensor.shape[0], tuple(capture.manifest.tokens)
+            if len(kept) != rows or not kept or max(kept) >= held_rows:
+                missing = (f"{step}.input_scale of the {rows} kept tokens (it holds {held_rows} rows)",)
+                return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=missing)
+            scale_rows = kept
         ops = LinearOperands(
             x=x.reshape(-1, x.shape[-1]),
             act_scale=None if act is None else act.tensor,
+            scale_rows=scale_rows,
             weight=weight,
             weight_scale=wscale,
             reference_weight=_shard(dense_full, like, tp, rank.rank),

@@ -127,7 +127,8 @@ class LinearOperands:
     `x` is the captured input: unquantized (bf16/fp32), or fp8 codes with `act_scale` their scale
     buffer as captured (strides and all). `weight` the captured weight bytes, `weight_scale` its
     captured block scale (None for an unquantized weight), `reference_weight` the checkpoint's fp32
-    values of this rank's shard.
+    values of this rank's shard. `scale_rows`: the rows of the scale buffer that `x`'s rows are, when the
+    buffer holds every token and `x` only the kept ones (None: row for row).
     """
 
     x: torch.Tensor
@@ -137,6 +138,13 @@ class LinearOperands:
     reference_weight: torch.Tensor
     out_dtype: torch.dtype
     block: tuple[int, int] = (128, 128)
+    scale_rows: tuple[int, ...] | None = None
+
+    def act_scale_read(self, order: ScaleLayout) -> torch.Tensor:
+        """The activation scale as a reader taking its buffer in `order` sees it, at `x`'s rows: the whole
+        buffer is read first, since a misread mixes every token's scales."""
+        scale = read_scale(self.act_scale, order, "captured activation scale")
+        return scale if self.scale_rows is None else scale[list(self.scale_rows)]
 
     @property
     def quantized(self) -> bool:
@@ -190,7 +198,7 @@ def input_values(ops: LinearOperands, act_order: ScaleLayout | None) -> torch.Te
             raise ValueError("captured fp8 input without its activation scale cannot be dequantized")
         _, scale, _ = group_quantize(x.to(torch.float32), GROUP, fmt, quant_flavor(REQUANT_FLAVOR), False, name="input")
     else:
-        scale = read_scale(ops.act_scale, act_order, "captured activation scale")
+        scale = ops.act_scale_read(act_order)
     m, k = codes.shape
     return (fmt.decode(codes).view(m, k // GROUP, GROUP) * scale.unsqueeze(-1)).view(m, k)
 
@@ -206,7 +214,7 @@ def written_act_order(ops: LinearOperands, producer_output: torch.Tensor | None)
     if ops.x.element_size() > 1:
         m, k = ops.x.shape
         expected = ops.x.to(torch.float32).abs().view(m, k // GROUP, GROUP).amax(-1) / fmt.max
-        errors = {o: rel_l2(read_scale(ops.act_scale, o), expected) for o in orders}
+        errors = {o: rel_l2(ops.act_scale_read(o), expected) for o in orders}
     elif producer_output is not None and producer_output.shape == ops.x.shape and producer_output.element_size() > 1:
         errors = {o: rel_l2(input_values(ops, o), producer_output) for o in orders}
     else:

@@ -412,8 +412,8 @@ class LayerCapture:
         The role follows from the name's suffix (.input_scale, .input, .output, .weight, W_UK ...)
         unless given; the shard rule follows from the name and the tensor's size, and is PER_RANK for
         names the rules do not know, unless given. It is kept whole even when `tokens` chose some rows: an
-        activation scale's byte order is the evidence and a misread mixes every token's scales, so its
-        stories are testable only on a capture of every token (the explanation says so otherwise).
+        activation scale's byte order is the evidence and a misread mixes every token's scales, so the
+        explanation reads the whole buffer and compares the kept tokens' rows.
         """
         if not self._open:
             raise RuntimeError(f"capture.record({name!r}): the capture is not open (use it inside its with block)")
