@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from released_configs import DEEPSEEK_V3_JSON
 from safetensors.torch import save_file
 
 import mla_debug.model.checkpoint as checkpoint_module
@@ -218,15 +219,7 @@ def tiny_deepseek_config(model_type: str = "deepseek_v32", **overrides) -> dict:
         "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64,
         "rms_norm_eps": 1e-06,
-        "rope_scaling": {
-            "beta_fast": 32,
-            "beta_slow": 1,
-            "factor": 40,
-            "mscale": 1.0,
-            "mscale_all_dim": 1.0,
-            "original_max_position_embeddings": 4096,
-            "type": "yarn",
-        },
+        "rope_scaling": dict(DEEPSEEK_V3_JSON["rope_scaling"]),  # DeepSeek-V3's yarn, as released
         "rope_theta": 10000,
         "routed_scaling_factor": 2.5,
         "tie_word_embeddings": False,
