@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 import mla_debug as md
 from mla_debug.capture.store import read_rank
 
