@@ -8,6 +8,7 @@ added to (or dropped from) the surface is documented (or dropped) at the next bu
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -46,17 +47,34 @@ def layer_packages(init: Path) -> list[str]:
     return names
 
 
-def api_reference(init: Path, package: str = "mla_debug") -> str:
+def target(package, name: str) -> str:
+    """The path mkdocstrings renders for `package.name`: where a class or function is defined (a
+    re-exported function can share its name with a submodule, which a path through the package would
+    reach instead), the package's own path for a module or a constant."""
+    obj = getattr(package, name)
+    if inspect.isclass(obj) or inspect.isfunction(obj):
+        return f"{obj.__module__}.{obj.__qualname__}"
+    if inspect.ismodule(obj):
+        return obj.__name__
+    return f"{package.__name__}.{name}"
+
+
+def api_reference(package) -> str:
+    """The page for `package` (the imported package root): its `__all__` by group, then its layer packages."""
+    init = Path(package.__file__)
     lines = [INTRO]
     for title, names in public_groups(init):
         lines += [f"## {title}", ""]
         for name in names:
             if name.startswith("__"):
                 continue
-            lines += [f"::: {package}.{name}", ""]
+            lines += [f"::: {target(package, name)}"]
+            if inspect.ismodule(getattr(package, name)):
+                lines += ["    options:", "      members: false"]
+            lines.append("")
     packages = layer_packages(init)
     if packages:
         lines += ["## Layer packages", "", "The second tier: `md.<package>.<name>`.", ""]
         for name in packages:
-            lines += [f"::: {package}.{name}", "    options:", "      members: false", ""]
+            lines += [f"::: {package.__name__}.{name}", "    options:", "      members: false", ""]
     return "\n".join(lines)

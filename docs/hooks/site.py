@@ -50,10 +50,16 @@ def _cli_page() -> str:
     return cli_reference(build_parser())
 
 
+def _api_page() -> str:
+    import mla_debug
+
+    return api_reference(mla_debug)
+
+
 def on_files(files, config):
     generated = {
         "cli.md": _cli_page(),
-        "api.md": api_reference(PACKAGE / "__init__.py"),
+        "api.md": _api_page(),
         "results.md": RESULTS.read_text(encoding="utf-8"),
     }
     if files.get_file_from_path("engines.md") is None:
