@@ -35,7 +35,7 @@ lab: $(VENV)/.deps-notebooks
 	$(BIN)/jupyter lab $(LAB_ARGS) $(LAB_ROOT_ARGS) notebooks/
 
 lint: $(VENV)/.deps-dev
-	$(BIN)/ruff check mla_debug tests benchmarks
+	$(BIN)/ruff check mla_debug tests benchmarks docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
