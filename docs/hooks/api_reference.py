@@ -68,13 +68,25 @@ def api_reference(package) -> str:
         for name in names:
             if name.startswith("__"):
                 continue
+            obj = getattr(package, name)
             lines += [f"::: {target(package, name)}"]
-            if inspect.ismodule(getattr(package, name)):
+            if inspect.ismodule(obj):
                 lines += ["    options:", "      members: false"]
             lines.append("")
-    packages = layer_packages(init)
+            entry = getattr(obj, name, None) if inspect.ismodule(obj) and callable(obj) else None
+            if inspect.isfunction(entry):
+                # A callable package (md.capture, md.triage): what calling it does.
+                lines += [f"::: {entry.__module__}.{entry.__qualname__}", "    options:", "      heading_level: 4"]
+                lines += [f'      heading: "md.{name}(...)"', ""]
+    documented = {name for _, names in public_groups(init) for name in names}
+    packages = [name for name in layer_packages(init) if name not in documented]
     if packages:
-        lines += ["## Layer packages", "", "The second tier: `md.<package>.<name>`.", ""]
+        lines += [
+            "## Layer packages",
+            "",
+            "The second tier: `md.<package>.<name>` (and `md.capture`, `md.triage` above).",
+            "",
+        ]
         for name in packages:
             lines += [f"::: {package.__name__}.{name}", "    options:", "      members: false", ""]
     return "\n".join(lines)

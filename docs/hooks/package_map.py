@@ -49,16 +49,18 @@ def layers(contract: Path) -> list[list[str]]:
 
 
 def layer_table(contract: Path, package: Path) -> str:
-    """The layers as a table, highest first: each imports only the rows below it."""
+    """The layers as a table, highest first, one row per package: each imports only the layers below it
+    and none of its siblings."""
     present = [[name for name in layer if _exists(package, name)] for layer in layers(contract)]
     present = [layer for layer in present if layer]
     if not present:
         raise ValueError(f"{contract}: no literal LAYERS list to draw the layers from")
-    lines = ["| layer | packages | what they are |", "|---|---|---|"]
-    for number, layer in enumerate(present, start=1):
-        names = ", ".join(f"`{name}`" for name in layer)
-        what = " ".join(_cell(_summary_of(package, name)) for name in layer)
-        lines.append(f"| {len(present) + 1 - number} | {names} | {what} |")
+    lines = ["| layer | package | what it is |", "|---|---|---|"]
+    for number, layer in enumerate(present):
+        level = len(present) - number
+        # Siblings share the layer number, which is written once.
+        for i, name in enumerate(layer):
+            lines.append(f"| {level if i == 0 else ''} | `{name}` | {_cell(_summary_of(package, name))} |")
     return "\n".join(lines)
 
 
