@@ -1,6 +1,7 @@
-"""The layering of DESIGN.md, enforced: each layer imports only the layers below it (function-level,
-lazy imports count too), siblings in one layer do not import each other, and the heavy optional
-libraries stay out of module-level imports below viz so `import mla_debug` works on a bare GPU box.
+"""The layering of docs/architecture.md, enforced: each layer imports only the layers below it
+(function-level, lazy imports count too), siblings in one layer do not import each other, and the heavy
+optional libraries stay out of module-level imports below viz so `import mla_debug` works on a bare GPU
+box.
 
     real_aiter <- numerics, implementations <- layouts <- gpu <- kernels, normquant <- model <- scenarios
     <- parallel <- capture <- verdict <- triage, explain, profiling <- incidents <- viz <- cli
@@ -75,7 +76,7 @@ def describe(dependency) -> str:
 def test_every_subpackage_has_a_place(graph):
     placed = set().union(*LAYERS) | PRIVATE
     top = {module.split(".")[1] for module in graph.modules if module.count(".") >= 1}
-    assert top <= placed, f"not in any layer of DESIGN.md (add it to LAYERS and the doc): {sorted(top - placed)}"
+    assert top <= placed, f"not in any layer (add it to LAYERS; docs/architecture.md draws its layers from it): {sorted(top - placed)}"
 
 
 def test_layers_import_only_downward(graph):

@@ -42,7 +42,7 @@ from .tensor_bytes import exact_copy
 from .tensor_facts import flags, installed_versions, local_tensor, module_facts
 from .types import AttrValue, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
 
-# Activation scales are one value per group of this many features (SEMANTICS 2).
+# Activation scales are one value per group of this many features (docs/semantics.md §3).
 GROUP_SIZE = 128
 _ACTIVE: list[LayerCapture] = []
 

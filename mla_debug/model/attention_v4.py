@@ -1,4 +1,4 @@
-"""DeepSeek-V4 attention, one rank (SEMANTICS 8), with the ROCm model-side behaviours as options.
+"""DeepSeek-V4 attention, one rank (docs/semantics.md §10), with the ROCm model-side behaviours as options.
 
 Step names: fused_wqa_wkv, q_norm, kv_norm, wq_b, q_head_norm, indexer_q, rope, attention,
 inverse_rope, wo_a, wo_b, all_reduce (the same for prefill and decode: every token is a query).

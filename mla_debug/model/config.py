@@ -1,9 +1,9 @@
 """MLA layer configurations: presets for the models we debug; Hugging Face config.json both ways (`hf_config`).
 
 Two attention families share one dataclass:
-- ``arch="v3"`` - DeepSeek-V3/R1/V3.1 and Kimi-K2 MLA (SEMANTICS 7): q/kv LoRA, nope + rope heads, kv_b_proj;
-  with ``index_*`` set, DeepSeek-V3.2's layer, whose sparse top-k indexer is recognised but not modelled.
-- ``arch="v4"`` - DeepSeek-V4 attention (SEMANTICS 8): one shared KV head of ``head_dim``, grouped output
+- ``arch="v3"`` - DeepSeek-V3/R1/V3.1 and Kimi-K2 MLA (docs/semantics.md §9): q/kv LoRA, nope + rope heads,
+  kv_b_proj; with ``index_*`` set, DeepSeek-V3.2's layer, whose sparse top-k indexer is recognised but not modelled.
+- ``arch="v4"`` - DeepSeek-V4 attention (docs/semantics.md §10): one shared KV head of ``head_dim``, grouped output
   projection (wo_a as a BMM over ``o_groups``, then wo_b) and an indexer query projection.
 """
 
@@ -90,7 +90,7 @@ class RopeScaling:
 
 @dataclass(frozen=True)
 class MLAConfig:
-    """Dimensions of one attention layer (names as in SEMANTICS: H, Nh, Lq, Lkv, P, R, V)."""
+    """Dimensions of one attention layer (names as in docs/semantics.md §1: H, Nh, Lq, Lkv, P, R, V)."""
 
     name: str
     arch: str
@@ -351,7 +351,7 @@ PRESETS: dict[str, MLAConfig] = {
             "rms_norm_eps": 1e-20,
         },
     ),
-    # Pro dimensions are unverified (SEMANTICS 8): H 7168, 128 heads, Lq 1536, 16 output groups.
+    # Pro dimensions are unverified (docs/semantics.md §10): H 7168, 128 heads, Lq 1536, 16 output groups.
     "deepseek-v4-pro": MLAConfig(
         name="deepseek-v4-pro",
         **{**_V4_FLASH, "hidden_size": 7168, "num_heads": 128, "q_lora_rank": 1536, "o_groups": 16},

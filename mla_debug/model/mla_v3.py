@@ -1,4 +1,4 @@
-"""DeepSeek-V3/R1 and Kimi-K2 MLA attention, one rank, in vLLM's order of ops (SEMANTICS 7).
+"""DeepSeek-V3/R1 and Kimi-K2 MLA attention, one rank, in vLLM's order of ops (docs/semantics.md §9).
 
 Step names (stable; analysis and notebooks key on them):
 

@@ -8,7 +8,7 @@ the yardstick), not a release. Releases are modelled by the engine profiles ship
 |---------------|----------------|
 | reference     | torch-reference kernel everywhere, correct layouts, unfused V4 norm: the yardstick |
 | vllm-baseline | vLLM on ROCm before PR #51692: AiterFp8BlockScaledMM first; V4 fused norm+quant (ROW_MAJOR) and the V4 model's own preshuffle with direct bpreshuffle calls |
-| vllm-pr51692  | the preshuffled kernel first (chosen per rank shape through the tuned table), flags ignored: the four defects of SEMANTICS 6; fixed by vllm-pr56433 |
+| vllm-pr51692  | the preshuffled kernel first (chosen per rank shape through the tuned table), flags ignored: the four defects of docs/semantics.md §8; fixed by vllm-pr56433 |
 | vllm-pr56433  | the fix: flags honoured, consumers asked for their scale order, model skips its shuffle when the kernel preshuffled |
 | nvidia-cublas | NVIDIA: cuBLAS blockwise scaled_mm (strict stride contract), reference where it cannot run |
 
@@ -50,7 +50,7 @@ SCENARIOS: dict[str, Scenario] = {
             kernel_options={"aiter-bpreshuffle": {"honour_layer_flags": False}},
             behaviour=ModelBehaviour(**_V4_ROCM),
             upstream="vLLM PR #51692",
-            # SEMANTICS 6: PR #56433 fixes the four defects of PR #51692.
+            # docs/semantics.md §8: PR #56433 fixes the four defects of PR #51692.
             fixed_by="vllm-pr56433",
         ),
         Scenario(
