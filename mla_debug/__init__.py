@@ -41,12 +41,13 @@ from .analysis import (
     Workbench,
     bisect,
     compare,
+    compare_scans,
     diff_captures,
     explain_capture,
     load_triage,
     triage,
 )
-from .capture import Capture, load_capture
+from .capture import Capture, load_capture, load_scan, load_sglang_dump, scan
 from .kernels import Kernel, KernelPolicy, Platform, get_kernel, platform
 from .layouts import (
     ContractViolation,
@@ -81,6 +82,10 @@ __all__ = [
     "write_html",
     "capture",
     "load_capture",
+    "scan",
+    "load_scan",
+    "compare_scans",
+    "load_sglang_dump",
     # results
     "LayerRun",
     "StepRecord",

@@ -17,6 +17,7 @@ from .normquant_study import NormQuantStudy, accuracy_study
 from .patching import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery, confirm_by_patching, patch_steps
 from .positions import TokenPositions
 from .provenance import Provenance, WeightsSource
+from .scan_compare import ScanComparison, compare_scans, load_scan_comparison
 from .report import BlockErrors, RunReport, TriageReport, load_triage, write_json
 from .triage import ConfigResult, CulpritGroup, TriageResult, Workbench, bisect, triage
 
@@ -48,6 +49,7 @@ __all__ = [
     "RemedyKind",
     "RunDiff",
     "RunReport",
+    "ScanComparison",
     "StepDiff",
     "StepRecovery",
     "TokenPositions",
@@ -61,6 +63,7 @@ __all__ = [
     "candidate_changes",
     "candidate_workarounds",
     "compare",
+    "compare_scans",
     "confirm_by_patching",
     "dense_twin",
     "diff_captures",
@@ -69,6 +72,7 @@ __all__ = [
     "fp8_spacing",
     "load_capture_diff",
     "load_capture_explanation",
+    "load_scan_comparison",
     "load_triage",
     "make_inputs",
     "measure_accuracy",

@@ -19,6 +19,11 @@ from .canonical import DERIVED, DERIVED_SCALES, MODULES, CanonicalModule
 from .load import load_capture
 from .names import Argument, DerivedName, ModuleName, NameMap, builtin_maps, user_map
 from .recorder import LayerCapture, capture, capture_call, record
+from .scan import ModelScan, scan
+from .scan_store import load_scan
+from .scan_types import Scan, ScanStep
+from .sglang_dump import load_sglang_dump
+from .sglang_dump_export import export_sglang_dump
 from .types import (
     FORMAT_VERSION,
     Capture,
@@ -44,17 +49,24 @@ __all__ = [
     "DerivedName",
     "EngineInfo",
     "LayerCapture",
+    "ModelScan",
     "ModuleName",
     "NameMap",
     "RankCapture",
     "RankDisagreement",
+    "Scan",
+    "ScanStep",
     "Shard",
     "TensorRole",
     "builtin_maps",
     "capture",
     "capture_call",
     "load_capture",
+    "load_sglang_dump",
+    "export_sglang_dump",
+    "load_scan",
     "record",
+    "scan",
     "user_map",
 ]
 
