@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,6 +20,24 @@ TP_SCRIPT = HERE / "tp_scan_run.py"
 LAYERS = 5
 DEFECT_LAYER = 2  # a middle layer: two clean layers before it, two after
 TOKENS = 12
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one torchrun of tp_scan_run.py wrote: the scan, SGLang's dump of one layer, md.capture's of it."""
+
+    scan: Path
+    dump: Path
+    capture: Path
+
+
+def dumped(run: Run) -> Path:
+    """The run's SGLang dump folder; skips the test when SGLang's wheel was not there to write it."""
+    if not run.dump.exists():
+        import engine_wheels
+
+        engine_wheels.require("sglang")
+    return run.dump
 
 
 def tiny_config(dtype: torch.dtype = torch.bfloat16, layers: int = LAYERS):

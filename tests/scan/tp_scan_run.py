@@ -1,7 +1,7 @@
 """Run by the scan tests under torchrun (never collected by pytest): load the tiny DeepSeek-V3 folder with
 transformers' tensor parallelism, optionally plant the one-layer defect, and scan one forward.
 
-    torchrun --standalone --nproc_per_node N tp_scan_run.py MODEL_DIR OUT [--defect L] [--dump DIR --dump-layer L]
+    torchrun --standalone --nproc_per_node N tp_scan_run.py MODEL_DIR OUT [--defect L] [--dump DIR --dump-layer L] [--capture DIR]
 
 With --dump, SGLang 0.5.23's own dumper (sglang/srt/debug_utils/dumper.py from the released wheel, on
 PYTHONPATH: tests/sglang_package.py) records the same forward in its non-intrusive "all" mode - every
@@ -15,6 +15,7 @@ attention really is split over the ranks; DeepSeek-V3's own plan shards the MLP.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import torch
 import transformers
@@ -61,6 +62,7 @@ def main() -> None:
     parser.add_argument("--defect", type=int)
     parser.add_argument("--dump")
     parser.add_argument("--dump-layer", type=int, default=2)
+    parser.add_argument("--capture", help="also md.capture the dumped layer in the same forward, into this folder")
     args = parser.parse_args()
     model = load(args.model_dir)
     if args.defect is not None:
@@ -69,8 +71,12 @@ def main() -> None:
     if dumper is not None:
         dumper.dump_model(model)
     note = "clean" if args.defect is None else f"layer {args.defect}: kv_b_proj shuffled (16, 16) after loading"
-    with md.scan(model, args.out, note=note), torch.no_grad():
-        model(input_ids())
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(md.scan(model, args.out, note=note))
+        if args.capture:
+            stack.enter_context(md.capture(model, args.capture, layer=args.dump_layer, mode="prefill", note=note))
+        with torch.no_grad():
+            model(input_ids())
     if dumper is not None:
         dumper.step()
 
