@@ -47,7 +47,7 @@ from .analysis import (
     load_triage,
     triage,
 )
-from .capture import Capture, load_capture, load_scan, load_sglang_dump, scan
+from .capture import Capture, load_capture, scan
 from .kernels import Kernel, KernelPolicy, Platform, get_kernel, platform
 from .layouts import (
     ContractViolation,
@@ -83,9 +83,7 @@ __all__ = [
     "capture",
     "load_capture",
     "scan",
-    "load_scan",
     "compare_scans",
-    "load_sglang_dump",
     # results
     "LayerRun",
     "StepRecord",

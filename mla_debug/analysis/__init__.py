@@ -17,8 +17,8 @@ from .normquant_study import NormQuantStudy, accuracy_study
 from .patching import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery, confirm_by_patching, patch_steps
 from .positions import TokenPositions
 from .provenance import Provenance, WeightsSource
-from .scan_compare import ScanComparison, compare_scans, load_scan_comparison
 from .report import BlockErrors, RunReport, TriageReport, load_triage, write_json
+from .scan_compare import ScanComparison, compare_scans, load_scan_comparison
 from .triage import ConfigResult, CulpritGroup, TriageResult, Workbench, bisect, triage
 
 __all__ = [

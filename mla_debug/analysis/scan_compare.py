@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from ..capture.scan_store import load_scan
 from ..capture.scan_types import GatheredSummary, Scan, ScanStep, gather_summary
 from .json_numbers import float_from_json, float_to_json
 from .noise import DIVERGENCE_FACTOR, threshold
@@ -55,10 +56,10 @@ CAPTURE_TOKENS = 16
 
 
 class StepOutcome(str, Enum):
-    SAME = "same"  # within its own rounding floor, and its input matched
+    AGREES = "agrees"  # within its own rounding floor
     INHERITED = "inherited"  # differs, within what its input's difference explains
     DIVERGED = "diverged"  # differs beyond what its inputs explain: the divergence starts here
-    UNTESTABLE = "untestable"  # a side lacks the summary, or the summaries cannot be compared
+    UNJUDGED = "unjudged"  # a side lacks the summary, or the summaries cannot be compared
 
 
 @dataclass(frozen=True)
@@ -164,10 +165,10 @@ class LayerComparison:
     @property
     def outcome(self) -> StepOutcome:
         outcomes = {s.outcome for s in self.steps}
-        for outcome in (StepOutcome.DIVERGED, StepOutcome.INHERITED, StepOutcome.UNTESTABLE):
+        for outcome in (StepOutcome.DIVERGED, StepOutcome.INHERITED, StepOutcome.UNJUDGED):
             if outcome in outcomes:
                 return outcome
-        return StepOutcome.SAME
+        return StepOutcome.AGREES
 
     @property
     def first_diverged(self) -> ScanStepComparison | None:
@@ -382,14 +383,15 @@ def _compatible(a: Scan, b: Scan) -> list[str]:
 # -- judging -----------------------------------------------------------------------------------------
 
 
-def compare_scans(a: Scan, b: Scan, *, gain: float = GAIN, rounding_units: float = ROUNDING_UNITS,
-                  factor: float = DIVERGENCE_FACTOR) -> ScanComparison:
+def compare_scans(a: Scan | str | os.PathLike, b: Scan | str | os.PathLike, *, gain: float = GAIN,
+                  rounding_units: float = ROUNDING_UNITS, factor: float = DIVERGENCE_FACTOR) -> ScanComparison:
     """Compare scan `b` (under test) with scan `a` (the baseline), layer by layer; see the module
-    docstring.
+    docstring. Each is a `Scan` or its folder (read with `capture.load_scan`).
 
-    >>> cmp = md.compare_scans(md.load_scan("scans/tp2"), md.load_scan("scans/tp4"))
+    >>> cmp = md.compare_scans("scans/tp2", "scans/tp4")
     >>> cmp.first_divergent_layer, cmp.capture_call
     """
+    a, b = (side if isinstance(side, Scan) else load_scan(side) for side in (a, b))
     for label, value in (("gain", gain), ("rounding_units", rounding_units), ("factor", factor)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise ValueError(f"compare_scans: {label} must be a positive number, got {value!r}")
@@ -402,11 +404,11 @@ def compare_scans(a: Scan, b: Scan, *, gain: float = GAIN, rounding_units: float
         for step in ScanStep:
             x, y = gather_summary(a, index, step), gather_summary(b, index, step)
             if x is None or y is None:
-                steps.append(ScanStepComparison(index, step, StepOutcome.UNTESTABLE, note="a side did not record it"))
+                steps.append(ScanStepComparison(index, step, StepOutcome.UNJUDGED, note="a side did not record it"))
                 continue
             if x.features != y.features:
                 steps.append(
-                    ScanStepComparison(index, step, StepOutcome.UNTESTABLE, note=f"{x.features} vs {y.features} features")
+                    ScanStepComparison(index, step, StepOutcome.UNJUDGED, note=f"{x.features} vs {y.features} features")
                 )
                 continue
             m = _measure(x, y)
@@ -459,13 +461,13 @@ def _judge(layer, step, m, x, y, measured, previous, gain, rounding_units, facto
     if not math.isfinite(m.rel):
         outcome = StepOutcome.DIVERGED
     elif limit is None:
-        outcome = StepOutcome.INHERITED if m.rel > threshold(own, factor) else StepOutcome.SAME
+        outcome = StepOutcome.INHERITED if m.rel > threshold(own, factor) else StepOutcome.AGREES
     elif m.rel > limit:
         outcome = StepOutcome.DIVERGED
     elif m.rel > threshold(own, factor):
         outcome = StepOutcome.INHERITED
     else:
-        outcome = StepOutcome.SAME
+        outcome = StepOutcome.AGREES
     over = tuple(t for t, e in enumerate(m.per_token) if limit is not None and e > limit)
     return ScanStepComparison(
         layer=layer,

@@ -61,7 +61,7 @@ SGLANG = StreamRule(
     refused=(
         "SGLang 0.5.23's decoder layer passes the residual stream as residual_access handles and layer-boundary "
         "objects, not tensors a hook can summarize; dump it with SGLang's own dumper (DUMPER_ENABLE=1 "
-        "DUMPER_NON_INTRUSIVE_MODE=all) and read the dump with md.load_sglang_dump"
+        "DUMPER_NON_INTRUSIVE_MODE=all) and read the dump with md.load_capture or md.capture.load_sglang_dump"
     ),
 )
 # A user's module tree: a plain `hidden_states` argument and output, like transformers'.

@@ -170,7 +170,7 @@ def load_scan(path: str | os.PathLike) -> Scan:
     """Load the scan folder `path` (holding rank<r>-of-<T>/ folders, or one such folder when T is 1) and
     check its ranks against each other.
 
-    >>> a = md.load_scan("scans/tp2")
+    >>> a = md.capture.load_scan("scans/tp2")
     """
     root = Path(path).expanduser()
     if not root.is_dir():

@@ -140,7 +140,7 @@ class RankScan:
 
 @dataclass(frozen=True)
 class Scan:
-    """All ranks of one scan, as `md.load_scan(path)` returns it."""
+    """All ranks of one scan, as `md.capture.load_scan(path)` returns it."""
 
     manifest: ScanManifest
     ranks: list[RankScan]

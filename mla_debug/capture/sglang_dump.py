@@ -1,4 +1,4 @@
-"""`md.load_sglang_dump(folder)`: a folder SGLang's dumper wrote, read into a `Capture` of one layer.
+"""`md.capture.load_sglang_dump(folder)`: a folder SGLang's dumper wrote, read into a `Capture` of one layer.
 
 SGLang's dumper (sglang/srt/debug_utils/dumper.py, 0.5.23) writes one ``.pt`` file per value, per rank,
 per forward step (layout and names: `sglang_dump_names`). The reader groups the files of one step by
@@ -168,7 +168,7 @@ def load_sglang_dump(
     one the dump holds). `config` is the model's Hugging Face config (folder, config.json, dict or
     MLAConfig; default: the tokenizer path SGLang records, where it is a model folder).
 
-    >>> cap = md.load_sglang_dump("/tmp/dumper/dump_20250101_000000_123", layer=3, config="DeepSeek-V3/")
+    >>> cap = md.capture.load_sglang_dump("/tmp/dumper/dump_20250101_000000_123", layer=3, config="DeepSeek-V3/")
     """
     folder = find_dump_folder(path)
     if folder is None:

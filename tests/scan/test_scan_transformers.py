@@ -23,19 +23,19 @@ pytest.importorskip("accelerate")
 
 @pytest.fixture(scope="module")
 def clean(tp2, tp4) -> ScanComparison:
-    return md.compare_scans(md.load_scan(tp2.scan), md.load_scan(tp4.scan))
+    return md.compare_scans(md.capture.load_scan(tp2.scan), md.capture.load_scan(tp4.scan))
 
 
 @pytest.fixture(scope="module")
 def planted(tp2, tp4_planted) -> ScanComparison:
-    return md.compare_scans(md.load_scan(tp2.scan), md.load_scan(tp4_planted.scan))
+    return md.compare_scans(md.capture.load_scan(tp2.scan), md.capture.load_scan(tp4_planted.scan))
 
 
 def test_a_clean_tp2_vs_tp4_pair_names_no_layer(clean):
     assert clean.first_divergent is None and clean.capture_call is None
     assert [layer.layer for layer in clean.layers] == list(range(LAYERS))
     steps = [s for layer in clean.layers for s in layer.steps]
-    assert len(steps) == 4 * LAYERS and all(s.outcome in (StepOutcome.SAME, StepOutcome.INHERITED) for s in steps)
+    assert len(steps) == 4 * LAYERS and all(s.outcome in (StepOutcome.AGREES, StepOutcome.INHERITED) for s in steps)
     # The embeddings match exactly; every later step differs a little (bf16 sums in another order).
     assert clean.layer(0).step(ScanStep.LAYER_INPUT).rel_err == 0.0
     assert all(0 < s.rel_err < 0.05 for s in steps[2:])
@@ -50,7 +50,7 @@ def test_the_planted_layer_is_named_and_the_layers_after_it_inherit(planted):
     assert first.rel_err > 0.5 and first.input_err < 0.05  # its input barely differs: the layer is the source
     for layer in planted.layers:
         if layer.layer < DEFECT_LAYER:
-            assert layer.outcome in (StepOutcome.SAME, StepOutcome.INHERITED), layer.layer
+            assert layer.outcome in (StepOutcome.AGREES, StepOutcome.INHERITED), layer.layer
         elif layer.layer > DEFECT_LAYER:
             assert layer.outcome is StepOutcome.INHERITED, layer.layer
             assert layer.step(ScanStep.LAYER_INPUT).input_err > 0.5  # the inherited difference, shown as such
@@ -66,7 +66,7 @@ def test_a_scan_comparison_round_trips_through_json(planted, tmp_path):
 
 
 def test_scans_hold_one_folder_per_rank_and_agree_across_ranks(tp4):
-    scan = md.load_scan(tp4.scan)
+    scan = md.capture.load_scan(tp4.scan)
     assert scan.tp_size == 4 and [r.rank for r in scan.ranks] == [0, 1, 2, 3]
     assert scan.manifest.engine == "transformers" and scan.manifest.layers == tuple(range(LAYERS))
     first = scan.rank(0).summaries
@@ -84,7 +84,7 @@ def tp1_model(tmp_path_factory):
 def test_summaries_are_the_models_own_hidden_states(tp1_model, tmp_path):
     with md.scan(tp1_model, tmp_path / "scan", columns=64, rows=2, tokens=[0, 3, 11]) as s, torch.no_grad():
         out = tp1_model(input_ids(), output_hidden_states=True)
-    scan = md.load_scan(tmp_path / "scan")
+    scan = md.capture.load_scan(tmp_path / "scan")
     assert s.path == tmp_path / "scan" / "rank0-of-1"
     columns = sample_columns(256, 64)
     assert list(scan.manifest.columns) == columns and scan.manifest.row_tokens == (3, 11)
@@ -104,9 +104,9 @@ def test_a_scan_of_a_model_against_itself_is_the_same_everywhere(tp1_model, tmp_
     for name in ("a", "b"):
         with md.scan(tp1_model, tmp_path / name), torch.no_grad():
             tp1_model(input_ids())
-    cmp = md.compare_scans(md.load_scan(tmp_path / "a"), md.load_scan(tmp_path / "b"))
+    cmp = md.compare_scans(md.capture.load_scan(tmp_path / "a"), md.capture.load_scan(tmp_path / "b"))
     assert cmp.first_divergent is None
-    assert all(s.outcome is StepOutcome.SAME and s.rel_err == 0.0 for layer in cmp.layers for s in layer.steps)
+    assert all(s.outcome is StepOutcome.AGREES and s.rel_err == 0.0 for layer in cmp.layers for s in layer.steps)
 
 
 def test_a_scan_refuses_to_overwrite_and_explains_what_it_cannot_scan(tp1_model, tmp_path):
@@ -128,7 +128,7 @@ def test_scans_of_other_tokens_are_not_compared(tp1_model, tmp_path):
         with md.scan(tp1_model, tmp_path / name, tokens=tokens), torch.no_grad():
             tp1_model(input_ids())
     with pytest.raises(ValueError, match="kept other token rows"):
-        md.compare_scans(md.load_scan(tmp_path / "a"), md.load_scan(tmp_path / "b"))
+        md.compare_scans(md.capture.load_scan(tmp_path / "a"), md.capture.load_scan(tmp_path / "b"))
 
 
 def test_the_first_layers_input_must_match_exactly(tp1_model, tmp_path):
@@ -137,7 +137,7 @@ def test_the_first_layers_input_must_match_exactly(tp1_model, tmp_path):
         tp1_model(input_ids())
     with md.scan(tp1_model, tmp_path / "b"), torch.no_grad():
         tp1_model(input_ids().flip(1))
-    cmp = md.compare_scans(md.load_scan(tmp_path / "a"), md.load_scan(tmp_path / "b"))
+    cmp = md.compare_scans(md.capture.load_scan(tmp_path / "a"), md.capture.load_scan(tmp_path / "b"))
     assert (cmp.first_divergent.layer, cmp.first_divergent.step) == (0, ScanStep.LAYER_INPUT)
 
 
@@ -145,6 +145,6 @@ def test_the_scan_config_is_recorded(tmp_path):
     model = transformers.DeepseekV3ForCausalLM(tiny_config(torch.float32, layers=2)).eval()
     with md.scan(model, tmp_path / "s"), torch.no_grad():
         model(input_ids())
-    manifest = md.load_scan(tmp_path / "s").manifest
+    manifest = md.capture.load_scan(tmp_path / "s").manifest
     assert manifest.model_type == "deepseek_v3" and manifest.hf_config["num_hidden_layers"] == 2
     assert manifest.layer_path == "model.layers.{layer}" and manifest.map_key == "transformers-deepseek_v3"

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 
 
 def test_a_dump_reads_into_the_capture_of_the_same_forward_byte_for_byte(tp2, model_dir):
-    from_dump = md.load_sglang_dump(dumped(tp2), config=model_dir)
+    from_dump = md.capture.load_sglang_dump(dumped(tp2), config=model_dir)
     captured = md.load_capture(tp2.capture)
     assert from_dump.tp_size == 2 and from_dump.manifest.layer == DEFECT_LAYER
     assert from_dump.manifest.positions == tuple(range(TOKENS))
@@ -41,13 +41,13 @@ def test_load_capture_recognizes_a_dump_folder(tp4, model_dir):
     folder = dumped(tp4)
     with pytest.raises(ValueError, match="pass config="):
         md.load_capture(folder)  # a transformers run records no model path; SGLang records its tokenizer path
-    cap = md.load_sglang_dump(folder / "dump", config=model_dir)  # the exp_name folder itself
+    cap = md.capture.load_sglang_dump(folder / "dump", config=model_dir)  # the exp_name folder itself
     assert cap.tp_size == 4 and cap.gathered("kv_b_proj.weight").shape == (8 * 64, 128)
 
 
 def test_diff_and_explain_find_the_planted_relayout_from_the_dumps_alone(tp2, tp4_planted, model_dir):
-    a = md.load_sglang_dump(dumped(tp2), config=model_dir)
-    b = md.load_sglang_dump(dumped(tp4_planted), config=model_dir)
+    a = md.capture.load_sglang_dump(dumped(tp2), config=model_dir)
+    b = md.capture.load_sglang_dump(dumped(tp4_planted), config=model_dir)
     ckpt = md.Checkpoint.load(model_dir, layer=DEFECT_LAYER)
     diff = md.diff_captures(a, b, ckpt)
     assert "kv_b_proj" in diff.diverged_steps
@@ -136,10 +136,10 @@ def test_a_dump_missing_a_rank_is_refused(tp2, model_dir, tmp_path):
     for file in source.glob("*rank=0___*.pt"):
         shutil.copy(file, partial / file.name)
     with pytest.raises(FileNotFoundError, match=r"TP2 dump but holds ranks \[0\] \(missing \[1\]\)"):
-        md.load_sglang_dump(partial, config=model_dir)
+        md.capture.load_sglang_dump(partial, config=model_dir)
 
 
 def test_roles_of_a_dump_capture(tp2, model_dir):
-    cap = md.load_sglang_dump(dumped(tp2), config=model_dir)
+    cap = md.capture.load_sglang_dump(dumped(tp2), config=model_dir)
     assert cap.rank(0)["kv_b_proj.weight"].role is TensorRole.WEIGHT
     assert cap.rank(0)["kv_b_proj.output"].role is TensorRole.OUTPUT

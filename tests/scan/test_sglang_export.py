@@ -39,7 +39,7 @@ def exported(tp2, tp4, tp4_planted, tmp_path_factory):
 
 def test_an_export_reads_back_into_the_same_capture(tp2, exported):
     original = md.load_capture(tp2.capture)
-    back = md.load_sglang_dump(exported["tp2"], config=original.cfg)
+    back = md.capture.load_sglang_dump(exported["tp2"], config=original.cfg)
     assert back.tp_size == 2 and back.manifest.positions == original.manifest.positions
     for name in back.names():
         for rank in (0, 1):
