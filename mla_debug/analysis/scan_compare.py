@@ -20,12 +20,14 @@ difference is shown as such) and SAME otherwise; one that exceeds it is DIVERGED
 there. A clean pair (TP2 vs TP4 in bf16, whose sums already differ) gets no DIVERGED step; the first
 DIVERGED layer is the one to capture whole, and `capture_call` says how.
 
-The constants are data with their reasons: GAIN 2 (a norm, a linear map or attention keeps a small
-relative input difference within about its own size; measured at most 1.6x on clean pairs of
-transformers' DeepSeek-V3, benchmarks/RESULTS.md), ROUNDING_UNITS 4 (two TP sizes' bf16 sums differ by
-about one unit roundoff per rounding, measured at most 2.6 units per step). MoE layers can route a token
-to other experts when its input differs in the last bits; such a layer output differs on a few tokens
-only, which `ScanStepComparison.tokens_over` shows.
+The constants are data with their reasons: GAIN 2 (a norm, a linear map or attention passes a small
+relative input difference on at about its own size: on a clean TP2-vs-TP4 pair of transformers'
+DeepSeek-V3 in bf16 the largest ratio of a step's difference to its input's was 1.7, tests/scan),
+ROUNDING_UNITS 4 (the same pair differs by at most 2.3 unit roundoffs at any step of its five layers,
+about one per rounding). With DIVERGENCE_FACTOR 4 on top, a bf16 step whose input matches must differ by
+more than 6% to diverge: a weight read in the wrong layout differs by 100% or more. MoE layers can route a
+token to other experts when its input differs in the last bits; such a layer output differs on a few
+tokens only, which `ScanStepComparison.tokens_over` shows (transformers' dense test model has none).
 """
 
 from __future__ import annotations
