@@ -23,7 +23,7 @@ def step_sentence(s: ScanStepComparison) -> str:
     """One step in words: its difference, what it inherited, and the verdict."""
     head = f"layer {s.layer} {s.step.value}: rel err {s.rel_err:.2e}"
     if s.input_err is not None:
-        head += f", inherited from {' + '.join(s.input_steps)} {s.input_err:.2e}"
+        head += f", its input ({' + '.join(s.input_steps)}) {s.input_err:.2e}"
     if s.threshold is not None:
         head += f" (line {s.threshold:.2e})"
     text = f"{head} - {_OUTCOME_WORDS[s.outcome]}"
