@@ -93,8 +93,8 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from ..analysis.scan_compare import compare_scans
     from ..capture import load_scan
+    from ..explain.scan_compare import compare_scans
     from ..viz.scans import scan_lines
 
     comparison = compare_scans(load_scan(args.a), load_scan(args.b))

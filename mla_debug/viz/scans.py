@@ -3,7 +3,7 @@ inherited, and how to capture that layer whole."""
 
 from __future__ import annotations
 
-from ..analysis.scan_compare import ScanComparison, ScanStepComparison, StepOutcome
+from ..explain.scan_compare import ScanComparison, ScanStepComparison, StepOutcome
 
 _OUTCOME_WORDS = {
     StepOutcome.AGREES: "agrees (within its own rounding)",

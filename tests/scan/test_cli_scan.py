@@ -19,7 +19,7 @@ def test_scan_compare_names_the_planted_layer_and_prints_the_capture_call(tp2, t
     assert f"the divergence starts in layer {DEFECT_LAYER} at attn.output" in out
     assert f'md.capture(model, "captures/layer{DEFECT_LAYER}-tp4", layer={DEFECT_LAYER}' in out
     assert f"layer {DEFECT_LAYER + 1}: differs by what its input passed on" in out
-    assert md.analysis.ScanComparison.load(tmp_path / "c.json").first_divergent_layer == DEFECT_LAYER
+    assert md.explain.ScanComparison.load(tmp_path / "c.json").first_divergent_layer == DEFECT_LAYER
 
 
 def test_scan_compare_of_a_clean_pair_says_so(tp2, tp4, capsys):

@@ -13,9 +13,9 @@ import torch
 from scan_models import DEFECT_LAYER, LAYERS, TOKENS, input_ids, save_tiny_model, tiny_config
 
 import mla_debug as md
-from mla_debug.analysis.scan_compare import ScanComparison, StepOutcome
 from mla_debug.capture import ScanStep
 from mla_debug.capture.scan import checksum, sample_columns
+from mla_debug.explain.scan_compare import ScanComparison, StepOutcome
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")

@@ -11,10 +11,10 @@ import torch
 from scan_models import DEFECT_LAYER, TOKENS, dumped
 
 import mla_debug as md
-from mla_debug.analysis.capture_stories import StoryKind
 from mla_debug.capture import TensorRole
 from mla_debug.capture.sglang_dump import RefusedDumpFile, read_record
 from mla_debug.capture.sglang_dump_names import DumpName, all_maps, classify, module_paths
+from mla_debug.explain.stories import StoryKind
 
 pytest.importorskip("transformers")
 
