@@ -301,8 +301,15 @@ def _parallel(records: dict[int, dict], folder: Path) -> tuple[int, dict[int, in
     for global_rank, held in records.items():
         meta = next(iter(held.values()))[2]
         info = meta.get("sglang_parallel_info") if isinstance(meta.get("sglang_parallel_info"), dict) else {}
-        if "tp_rank" in info and "tp_size" in info:
-            rank_of[global_rank], size = int(info["tp_rank"]), int(info["tp_size"])
+        if int(info.get("attn_dp_size", 1) or 1) > 1:
+            raise ValueError(
+                f"load_sglang_dump: {folder} was dumped with data-parallel attention (attn_dp_size "
+                f"{info['attn_dp_size']}): its ranks hold different requests; read one attention-TP group's files"
+            )
+        # The attention's own TP group (attn_tp_*, dumper.py l.1748) where SGLang recorded it, else the TP group.
+        key = "attn_tp" if "attn_tp_rank" in info and "attn_tp_size" in info else "tp"
+        if f"{key}_rank" in info and f"{key}_size" in info:
+            rank_of[global_rank], size = int(info[f"{key}_rank"]), int(info[f"{key}_size"])
         else:
             rank_of[global_rank], size = global_rank, int(meta.get("world_size", len(records)))
         sizes.add(size)

@@ -7,7 +7,7 @@ l.147, default ``dump_<time>``), named by its tags joined as ``k=v`` with ``___`
 context tags such as ``layer_id``, then ``.pt`` (l.597). The file is ``torch.save`` of a dict
 ``{"value": tensor, "meta": {...}}`` (l.613-618); meta repeats the tags and adds ``world_rank``,
 ``world_size`` (l.1334) and, in an SGLang server, ``sglang_parallel_info`` with ``tp_rank``/``tp_size``
-(l.1340, l.1732), and ``dims`` where the dump call gave them (l.298: the comparator's dims language,
+(l.1340, l.1732; the attention's own group attn_tp_rank/attn_tp_size l.1748), and ``dims`` where the dump call gave them (l.298: the comparator's dims language,
 e.g. ``"t h[tp]"``, ``"t h[tp:partial]"``, ``"t h # tp:replicated"``).
 
 Names. The non-intrusive dumper (l.657-767) hooks every module: a module's positional inputs are

@@ -113,6 +113,8 @@ CITED = {  # dumper.py line -> text it holds (sglang_dump_names' citations)
     1334: '"world_rank": _get_rank(),',
     1340: 'result[f"{plugin.name}_parallel_info"] = info',
     1732: 'info["tp_rank"] = parallel.tp_rank',
+    1748: 'info["attn_tp_rank"] = parallel.attn_tp_rank',
+    1751: 'info["attn_dp_size"] = parallel.attn_dp_size',
     1804: '{"input_ids", "positions", "seq_lens", "req_pool_indices", "rids"}',
     1903: '{"input_ids", "position_ids", "cu_seqlens_q", "cu_seqlens_kv", "qkv_format"}',
 }
