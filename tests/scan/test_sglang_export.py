@@ -79,7 +79,7 @@ def test_an_export_never_overwrites(tp2, tmp_path):
         export_sglang_dump(cap, tmp_path)
 
 
-def test_a_dump_with_data_parallel_attention_is_refused_with_the_reason(exported, tmp_path):
+def test_a_dump_with_data_parallel_attention_is_refused_with_the_reason(tp2, exported, tmp_path):
     rewritten = tmp_path / "dp"
     rewritten.mkdir()
     for file in exported["tp2"].glob("*.pt"):
@@ -87,4 +87,4 @@ def test_a_dump_with_data_parallel_attention_is_refused_with_the_reason(exported
         record["meta"]["sglang_parallel_info"].update(attn_dp_size=2, attn_tp_rank=0, attn_tp_size=1)
         torch.save(record, rewritten / file.name)
     with pytest.raises(ValueError, match=r"data-parallel attention \(attn_dp_size 2\)"):
-        md.capture.load_sglang_dump(rewritten, config=md.load_capture(exported["tp2"]).cfg)
+        md.capture.load_sglang_dump(rewritten, config=md.load_capture(tp2.capture).cfg)
