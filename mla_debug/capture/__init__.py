@@ -7,6 +7,10 @@ manager), while ``md.capture.Capture``, ``md.capture.user_map`` ... name the res
     with md.capture(model, "captures/tp1", layer=3, tokens=range(16)) as cap:
         model(input_ids)
     cap = md.load_capture("captures/tp1")
+
+A scan records every decoder layer of one forward as compact summaries (``md.scan(model, out)``,
+``load_scan``); folders SGLang's dumper wrote read as captures (``load_sglang_dump``, and
+``md.load_capture`` recognizes them), and ``export_sglang_dump`` writes a capture in that layout.
 """
 
 from __future__ import annotations
