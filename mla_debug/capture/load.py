@@ -53,6 +53,10 @@ def load_capture(path: str | os.PathLike, *, check: bool = True) -> Capture:
     else:
         folders = _rank_folders(root)
     if not folders:
+        from .sglang_dump import is_sglang_dump, load_sglang_dump
+
+        if is_sglang_dump(root):  # a folder SGLang's dumper wrote (its one layer; load_sglang_dump for options)
+            return load_sglang_dump(root)
         raise FileNotFoundError(f"load_capture: {root} holds no rank<r>-of-<T> folders (not a capture)")
     sizes = sorted({tp for _, tp in folders})
     if len(sizes) > 1:
