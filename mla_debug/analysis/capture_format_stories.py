@@ -42,7 +42,7 @@ from ..layouts.scale_format import (
     truncate_to_power_of_two,
     unpack_exponents,
 )
-from ..kernels.held_scales import block_gemm
+from ..kernels.held_scales import block_gemm, dequantize_as_read
 from ..numerics import rel_l2
 from .capture_stories import StoryKind
 
@@ -197,8 +197,12 @@ def compute(ops: FormatOperands, act: torch.Tensor, weight_scale: torch.Tensor) 
 
 def format_candidates(ops: FormatOperands) -> list[tuple[tuple[StoryKind, ...], torch.Tensor]]:
     """(kinds, output) of every combination of one activation-scale and one weight-scale reading; kinds ()
-    is the intended computation."""
+    is the intended computation. Each operand is dequantized once per reading."""
+    acts = [(kinds, dequantize_as_read(ops.x, values, 1)) for kinds, values in _act_readings(ops)]
     found = []
-    for (act_kinds, act), (w_kinds, ws) in itertools.product(_act_readings(ops), _weight_readings(ops)):
-        found.append((act_kinds + w_kinds, compute(ops, act, ws)))
+    for w_kinds, w_scale in _weight_readings(ops):
+        w = dequantize_as_read(ops.weight, w_scale, GROUP)
+        for act_kinds, x in acts:
+            out = torch.einsum("tgd,grd->tgr", x, w) if ops.grouped else x @ w.t()
+            found.append((act_kinds + w_kinds, out.to(ops.out_dtype)))
     return found
