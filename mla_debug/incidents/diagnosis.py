@@ -53,7 +53,8 @@ class CaptureDiagnosis:
     outcome: str | None  # the explanation's outcome at the first diverged step
     stories: tuple[str, ...]
     violations: tuple[str, ...]
-    weights: dict[str, str]  # weight -> difference kind (same, layout, value, ...)
+    weights: dict[str, str]  # weight -> difference kind (none, layout, value)
+    outcomes: dict[str, str] = field(default_factory=dict)  # every explained step -> its outcome
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,9 @@ def _compare_capture(expected: Mapping[str, Any], found: CaptureDiagnosis) -> li
         if key in expected:
             want, got = list(expected[key]), list(getattr(found, key))
             checks.append(Check("capture", key, want, got, set(want) == set(got)))
+    for step, outcome in (expected.get("outcomes") or {}).items():
+        got = found.outcomes.get(step)
+        checks.append(Check("capture", f"outcomes.{step}", outcome, got, got == outcome))
     for weight, kind in (expected.get("weights") or {}).items():
         got = found.weights.get(weight)
         checks.append(Check("capture", f"weights.{weight}", kind, got, got == kind))
@@ -166,7 +170,7 @@ def compare(reproduction: str, expected: Mapping[str, Any], found) -> list[Check
     """Every expected field of one reproduction against its diagnosis (unknown fields are refused)."""
     allowed = {
         "triage": ("diverged", "first_step", "culprit", "violations", "workaround", "code_fix", "known_fix_restores"),
-        "capture": ("diverged_steps", "first_step", "outcome", "stories", "violations", "weights"),
+        "capture": ("diverged_steps", "first_step", "outcome", "stories", "violations", "weights", "outcomes"),
         "operands": ("step", "outcome", "stories", "violations", "diverged", "variants"),
     }[reproduction]
     unknown = sorted(set(expected) - set(allowed))

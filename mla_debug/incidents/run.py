@@ -36,6 +36,8 @@ from .diagnosis import (
 from .operands import run_operands
 from .record import Incident, incidents_folder, load_incident
 
+DERIVED_STEPS = ("absorb_uk", "absorb_uv")  # explained as the derived weight they read (W_UK, W_UV)
+
 
 @dataclass(frozen=True)
 class IncidentRun:
@@ -76,7 +78,7 @@ def run_triage(spec: Mapping[str, Any], progress: bool | None = False):
     from ..analysis import triage
 
     return triage(
-        spec["model"],
+        model_config(spec["model"]),
         spec["platform"],
         _scenario(spec["scenario"], spec.get("settings")),
         tp_sizes=tuple(spec["tp_sizes"]),
@@ -123,6 +125,43 @@ def triage_diagnosis(result) -> TriageDiagnosis:
 # -- capture ---------------------------------------------------------------------------------------
 
 
+def model_config(model: str | Mapping[str, Any]):
+    """A preset by name, or ``{preset: NAME, FIELD: value, ...}``: the preset with fields replaced (named
+    ``NAME-FIELD...`` so reports say it is not the preset)."""
+    from dataclasses import replace
+
+    from ..model import MLAConfig
+
+    if isinstance(model, str):
+        return MLAConfig.preset(model)
+    fields = {k: v for k, v in model.items() if k != "preset"}
+    name = f"{model['preset']}-" + "-".join(f"{k}{v}" for k, v in sorted(fields.items()))
+    return replace(MLAConfig.preset(model["preset"]), name=name, **fields)
+
+
+def _held_bytes(capture, run) -> None:
+    """Plant what the engine held: the bytes of every linear whose kernel preshuffles its weight at load
+    shuffled (16, 16) once on every rank, as that kernel left them (`layouts.shuffle_weight`)."""
+    from dataclasses import replace
+
+    from ..kernels.base import kernel_class
+    from ..layouts import shuffle_weight
+
+    for module, choice in run.kernels.items():
+        try:
+            shuffles = getattr(kernel_class(choice.kernel), "preshuffles_weight", False)
+        except ValueError:
+            continue  # a dense (unquantized) linear
+        if not shuffles:
+            continue
+        for rank in capture.ranks:
+            name = f"{module}.weight"
+            held = rank.tensors.get(name)
+            if held is not None:
+                attrs = {**held.attrs, "aiter_bpreshuffled": True, "kernel": choice.kernel}
+                rank.tensors[name] = replace(held, tensor=shuffle_weight(held.tensor, (16, 16)), attrs=attrs)
+
+
 def _planted(side: Mapping[str, Any], spec: Mapping[str, Any], ckpt, hidden, positions):
     from ..analysis.capture_reference import run_capture
     from ..parallel import run_layer
@@ -139,20 +178,22 @@ def _planted(side: Mapping[str, Any], spec: Mapping[str, Any], ckpt, hidden, pos
         scenario=scen,
         dtype=torch.bfloat16,
     )
-    return run_capture(run, ckpt, hidden, positions, note=f"incident reproduction: {scen.name} TP{side['tp']}")
+    capture = run_capture(run, ckpt, hidden, positions, note=f"incident reproduction: {scen.name} TP{side['tp']}")
+    _held_bytes(capture, run)
+    return capture
 
 
 def capture_pair(spec: Mapping[str, Any]):
     """(good, bad, checkpoint) of a capture reproduction (see the module docstring)."""
     from ..capture import load_capture
-    from ..model import Checkpoint, MLAConfig
+    from ..model import Checkpoint
     from ..scenarios import data_folder
 
     if "sample" in spec:
         root = data_folder()
         good, bad = load_capture(root / spec["against"]), load_capture(root / spec["sample"])
         return good, bad, good.checkpoint()
-    cfg = MLAConfig.preset(spec["model"])
+    cfg = model_config(spec["model"])
     ckpt = Checkpoint.synthetic(cfg, seed=int(spec.get("seed", 0)))
     gen = torch.Generator().manual_seed(int(spec.get("seed", 0)) + 1)
     tokens = int(spec.get("tokens", 8))
@@ -177,7 +218,8 @@ def capture_diagnosis(good, bad, ckpt) -> CaptureDiagnosis:
         stories = tuple(dict.fromkeys(k.value for k in found.story))
         violations = tuple(dict.fromkeys(k.violation.value for k in found.story if k.violation is not None))
     weights = {w.name: w.difference.value for w in diff.weights}
-    return CaptureDiagnosis(diverged, first, outcome, stories, violations, weights)
+    outcomes = {e.tensor if e.step in DERIVED_STEPS else e.step: e.outcome.value for e in explanation.explanations}
+    return CaptureDiagnosis(diverged, first, outcome, stories, violations, weights, outcomes)
 
 
 # -- operands --------------------------------------------------------------------------------------
