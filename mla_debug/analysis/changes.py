@@ -95,6 +95,13 @@ BEHAVIOUR_FIXES: tuple[BehaviourFix, ...] = (
         requires="v3_fused_norm_quant",
     ),
     BehaviourFix(
+        "fused_scale_strided",
+        True,
+        ("v3", "v4"),
+        "presenting the fused producer's transposed scale with the strides of its bytes, (1, M) (aiter PR #4506, "
+        "SGLang PR #31727)",
+    ),
+    BehaviourFix(
         "honours_rope_interleave",
         True,
         ("v3",),

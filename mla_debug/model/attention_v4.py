@@ -116,7 +116,7 @@ class AttentionV4Rank(RankLayer):
         wants = consumer_orders(self.linears, CONSUMERS)
         if not b.v4_fused_norm_quant or wants is None:
             return UNFUSED
-        written = written_layout(b.v4_fused_transpose_scale)
+        written = written_layout(b.v4_fused_transpose_scale, b.fused_scale_strided)
         wanted = ", ".join(f"{name} reads {layout.name}" for name, layout in wants.items())
         if b.v4_ask_consumers:
             orders = set(wants.values())

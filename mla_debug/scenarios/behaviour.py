@@ -80,6 +80,12 @@ class ModelBehaviour:
 
     Both families:
 
+    fused_scale_strided: whether a fused producer's ``transpose_scale=True`` scale carries the strides of
+        its bytes, (1, M) (COL_MAJOR_STRIDED): aiter's ``fused_rms_fp8_group_quant`` after ROCm/aiter PR #4506
+        returns ``.transpose(0, 1)`` of its (G, M) buffer, and SGLang 0.5.23 restrides it itself
+        (``models/deepseek_v4.py`` ``_fused_rmsnorm_fp8_quant`` -> ``view_aiter_fused_rms_transposed_fp8_scale``,
+        SGLang PR #31727). False: the wrapper before #4506 returns ``.view(M, G)`` - column-major bytes behind
+        row-major strides (COL_MAJOR "view"), which a consumer reading by strides misreads.
     honours_rope_interleave: whether the model code rotates the RoPE pairs the checkpoint's
         ``rope_interleave`` names (True: SGLang 0.5.23, ``DeepseekV2AttentionMLA.__init__``:
         ``is_neox_style = not getattr(config, "rope_interleave", True)``). False: interleaved pairs
@@ -102,6 +108,7 @@ class ModelBehaviour:
     absorbed_weights_derived: str = "after-kernel-load"
     load_order: str = "standard"
     honours_rope_interleave: bool = True
+    fused_scale_strided: bool = False
 
     def __post_init__(self) -> None:
         problems = behaviour_problems(self)
