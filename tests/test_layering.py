@@ -3,7 +3,7 @@ lazy imports count too), siblings in one layer do not import each other, and the
 libraries stay out of module-level imports below viz so `import mla_debug` works on a bare GPU box.
 
     real_aiter <- numerics, implementations <- layouts <- gpu <- kernels, normquant <- model <- scenarios
-    <- parallel <- capture <- analysis, profiling <- viz <- cli
+    <- parallel <- capture <- analysis, profiling <- incidents <- viz <- cli
 
 `implementations` (the implementation-choice mechanism the kernels and the norm+quant backends share)
 imports nothing of the package, so it sits at the bottom beside numerics.
@@ -31,6 +31,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mla_debug"
 LAYERS: list[set[str]] = [
     {"cli"},
     {"viz"},
+    # Incidents reproduce the public record's bugs with triage and capture explanation.
+    {"incidents"},
     {"analysis", "profiling"},
     # Analysis explains captures, so capture sits below it.
     {"capture"},

@@ -39,24 +39,30 @@ BehaviourValue = bool | str
 class BehaviourFix:
     """One model-side change bisection may try: set behaviour `field` to `value`, described as the change
     to the serving engine that does it. Offered for the model families in `archs` when the scenario's
-    behaviour has another value - and, with `requires`, only while that bool field is on (the change
-    means nothing without it); with `config_requires` (an MLAConfig attribute and value), only for layers
+    behaviour has another value - and, with `requires`, only while that bool field (or every field of a
+    tuple) is on (the change means nothing without it); with `config_requires` (an MLAConfig attribute and value), only for layers
     whose config has that value (a change that cannot matter to the others is not tried on them)."""
 
     field: str
     value: BehaviourValue
     archs: tuple[str, ...]
     description: str
-    requires: str | None = None
+    requires: str | tuple[str, ...] | None = None
     config_requires: tuple[str, object] | None = None
 
     def offered(self, behaviour, cfg) -> bool:
         return (
             cfg.arch in self.archs
             and getattr(behaviour, self.field) != self.value
-            and (self.requires is None or bool(getattr(behaviour, self.requires)))
+            and all(bool(getattr(behaviour, name)) for name in self._required)
             and (self.config_requires is None or getattr(cfg, self.config_requires[0]) == self.config_requires[1])
         )
+
+    @property
+    def _required(self) -> tuple[str, ...]:
+        if self.requires is None:
+            return ()
+        return (self.requires,) if isinstance(self.requires, str) else tuple(self.requires)
 
     def change(self) -> Change:
         # A bool switched on carries no value: the change reads (and serializes) as it always has.
@@ -64,6 +70,10 @@ class BehaviourFix:
 
 
 # Model-side fixes bisection may try, in the order it tries them (DeepSeek-V4's first two as before).
+_STRIDED = (
+    "presenting the fused producer's transposed scale with the strides of its bytes, (1, M) (aiter PR #4506, "
+    "SGLang PR #31727)"
+)
 BEHAVIOUR_FIXES: tuple[BehaviourFix, ...] = (
     BehaviourFix("v4_ask_consumers", True, ("v4",), "asking wq_b and indexer.wq_b for their scale order"),
     BehaviourFix(
@@ -97,9 +107,16 @@ BEHAVIOUR_FIXES: tuple[BehaviourFix, ...] = (
     BehaviourFix(
         "fused_scale_strided",
         True,
-        ("v3", "v4"),
-        "presenting the fused producer's transposed scale with the strides of its bytes, (1, M) (aiter PR #4506, "
-        "SGLang PR #31727)",
+        ("v4",),
+        _STRIDED,
+        requires=("v4_fused_norm_quant", "v4_fused_transpose_scale"),
+    ),
+    BehaviourFix(
+        "fused_scale_strided",
+        True,
+        ("v3",),
+        _STRIDED,
+        requires=("v3_fused_norm_quant", "v3_fused_transpose_scale"),
     ),
     BehaviourFix(
         "honours_rope_interleave",
