@@ -43,8 +43,10 @@ from ..layouts.scale_format import (
     unpack_exponents,
 )
 from ..kernels.held_scales import block_gemm, dequantize_as_read
+from ..numerics.quantize import group_quantize
 from ..numerics import rel_l2
-from .capture_stories import StoryKind
+from .capture_stories import GROUP as _GROUP
+from .capture_stories import REQUANT_FLAVOR, LinearOperands, StoryKind
 
 VALUES, CODES, PACKED = "fp32 values", "E8M0 codes", "packed ue8m0 words"
 GROUP = 128
@@ -205,4 +207,37 @@ def format_candidates(ops: FormatOperands) -> list[tuple[tuple[StoryKind, ...], 
         for act_kinds, x in acts:
             out = torch.einsum("tgd,grd->tgr", x, w) if ops.grouped else x @ w.t()
             found.append((act_kinds + w_kinds, out.to(ops.out_dtype)))
+    return found
+
+
+_ACT_KINDS = (StoryKind.SCALE_TRUNCATED, StoryKind.UE8M0_MANTISSA_LEAK, StoryKind.PACKED_SCALES_AS_VALUES)
+
+
+def linear_format_candidates(
+    ops: LinearOperands, intended_weight_scale: torch.Tensor | None
+) -> list[tuple[tuple[StoryKind, ...], torch.Tensor]]:
+    """The representation stories of one captured linear step (`capture_explain.explain_linear` adds them to
+    its layout stories): its weight bytes must be the checkpoint's in plain order, quantized. An input
+    captured unquantized is quantized here (`capture_stories.REQUANT_FLAVOR`); its scale is then this
+    module's own, so only the weight scale's stories are told. Returns (kinds, output) for every story
+    (the intended computation left out: the layout stories already hold it)."""
+    if not ops.quantized or ops.weight_scale is None or ops.weight.dim() != 2:
+        return []
+    fmt = ops.fmt
+    captured_scale = ops.x.element_size() == 1
+    if captured_scale:
+        if ops.act_scale is None or ops.act_scale.dim() != 2 or ops.scale_rows is not None:
+            return []
+        codes, act = ops.x, ops.act_scale  # values by its strides; the byte-order stories read its bytes
+    else:
+        codes, act, _ = group_quantize(ops.x.to(torch.float32), _GROUP, fmt, REQUANT_FLAVOR, False, name="input")
+    try:
+        operands = FormatOperands(codes, act, ops.weight, ops.weight_scale, ops.out_dtype, intended_weight_scale)
+    except (TypeError, ValueError):
+        return []
+    found = []
+    for kinds, out in format_candidates(operands):
+        if not kinds or (not captured_scale and any(k in _ACT_KINDS for k in kinds)):
+            continue
+        found.append((kinds, out))
     return found

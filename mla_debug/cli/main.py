@@ -15,6 +15,7 @@ Subcommands:
   tensorboard  browse trace folders in TensorBoard on 127.0.0.1 (needs the `profile` extra)
   capture      `capture show DIR`: what a layer capture holds; `capture diff A B`, `capture explain A`: the
                layout diff of two captures and the stories that explain a capture's diverging steps
+  incidents    the public record's FP8 incidents; `incidents run NAME` reproduces one, diagnosis beside the thread's
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import argparse
 import sys
 
 from .._version import version
-from . import capture, checkpoint, demo, kernel_demo, kernels, layouts, profile, report, scenarios, triage
+from . import capture, checkpoint, demo, incidents, kernel_demo, kernels, layouts, profile, report, scenarios, triage
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mla-debug {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, scenarios, report, profile, capture):
+    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, scenarios, report, profile, capture, incidents):
         command.add_parser(sub)
     return parser
 
