@@ -10,7 +10,7 @@ does with what it is handed (`kernels.held_scales`). Activations are seeded norm
 magnitude varies by (token, group) over ``spread`` decades, as real activations' amax does.
 
 `run_operands` builds the configuration the reporter had (the bad one) and each variant (``fix``,
-``workaround``: overrides of the spec), and for each: the observed output, `analysis.operand_explain`'s
+``workaround``: overrides of the spec), and for each: the observed output, `explain.operands.explain_operands`'s
 verdict on the held tensors, and the output's error against the fp32 truth (the unquantized activation
 times the checkpoint's dequantized weight) judged by the triage's rule - divergence is an error above
 ``DIVERGENCE_FACTOR`` x the noise floor (the correct FP8 path's error against the same truth), at least
@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
-from ..analysis.capture_explain import StepExplanation
-from ..analysis.capture_format_stories import FormatOperands
-from ..analysis.noise import DIVERGENCE_FACTOR, MIN_THRESHOLD
-from ..analysis.operand_explain import explain_operands
+from ..explain.explain import StepExplanation
+from ..explain.format_stories import FormatOperands
+from ..explain.operands import explain_operands
+from ..verdict import DIVERGENCE_FACTOR, MIN_THRESHOLD
 from ..kernels.held_scales import CONSUMERS, FP32, block_gemm, consumer_read, dequantize_as_read
 from ..layouts.scale_format import codes_read_as_values, e8m0_codes, grouped_scale_read, pack_exponents
 from ..numerics import rel_l2

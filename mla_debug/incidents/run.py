@@ -2,13 +2,13 @@
 
 ``reproduce`` of an incident file names up to three reproductions, each run here:
 
-- ``triage``: `analysis.triage` of the incident's scenario (``scenario``: a file under ``data/incidents/``
+- ``triage``: `triage.triage` of the incident's scenario (``scenario``: a file under ``data/incidents/``
   or a named scenario - the release profile with the rule the bug changed), on ``model`` and
   ``platform`` at ``tp_sizes`` and ``modes`` with ``tokens``.
-- ``capture``: two captures compared and explained (`analysis.diff_captures`, `analysis.explain_capture`):
+- ``capture``: two captures compared and explained (`explain.diff_captures`, `explain.explain_capture`):
   either shipped folders (``sample`` and ``against``, under ``data/``) or a planted pair made here - the
   layer run by mla_debug under the scenario of each side (``bad`` and ``good``: scenario, TP size,
-  settings), each made a capture (`analysis.capture_reference.run_capture`) on the same synthetic
+  settings), each made a capture (`explain.run_capture`) on the same synthetic
   checkpoint and inputs.
 - ``operands``: one op's held tensors and its consumer's output (`incidents.operands`).
 
@@ -75,7 +75,7 @@ def _scenario(ref: str, settings: Mapping[str, Any] | None = None):
 
 
 def run_triage(spec: Mapping[str, Any], progress: bool | None = False):
-    from ..analysis import triage
+    from ..triage import triage
 
     return triage(
         model_config(spec["model"]),
@@ -163,7 +163,7 @@ def _held_bytes(capture, run) -> None:
 
 
 def _planted(side: Mapping[str, Any], spec: Mapping[str, Any], ckpt, hidden, positions):
-    from ..analysis.capture_reference import run_capture
+    from ..explain import run_capture
     from ..parallel import run_layer
 
     scen = _scenario(side.get("scenario", spec.get("scenario", "reference")), side.get("settings"))
@@ -205,7 +205,7 @@ def capture_pair(spec: Mapping[str, Any]):
 
 
 def capture_diagnosis(good, bad, ckpt) -> CaptureDiagnosis:
-    from ..analysis import diff_captures, explain_capture
+    from ..explain import diff_captures, explain_capture
 
     diff = diff_captures(good, bad, checkpoint=ckpt)
     explanation = explain_capture(bad, ckpt, diff=diff)

@@ -44,7 +44,7 @@ from .engine_rules import sglang_bpreshuffle_check
 from .stride_read import layout_read_by_strides
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
     from .platforms import Platform
 
 SHUFFLE = (16, 16)
