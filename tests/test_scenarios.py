@@ -22,7 +22,8 @@ EMBEDDED = md.kernels.TunedTable.embedded()
 REGISTRY = f"registered kernels: {', '.join(md.kernels.kernel_names())}"
 BEHAVIOUR_FIELDS = (
     "v4_fused_norm_quant, v4_fused_transpose_scale, v4_ask_consumers, v4_model_preshuffle, "
-    "skip_model_shuffle_if_kernel_preshuffles, norm_quant_backend, v4_wo_a_is_bmm, v3_fused_norm_quant, "
+    "skip_model_shuffle_if_kernel_preshuffles, v4_wqa_wkv_override, norm_quant_backend, v4_wo_a_is_bmm, "
+    "v3_fused_norm_quant, "
     "v3_fused_transpose_scale, absorbed_weight_dtype, absorbed_bmm, absorbed_weights_derived, load_order, "
     "honours_rope_interleave, fused_scale_strided"
 )

@@ -41,6 +41,11 @@ class ModelBehaviour:
         preshuffled GEMM directly.
     skip_model_shuffle_if_kernel_preshuffles: PR #56433 - the model does not shuffle a weight its
         kernel already preshuffled.
+    v4_wqa_wkv_override: whether the ROCm model's call of fused_wqa_wkv reaches its override, which multiplies
+        the weight it shuffled itself through aiter's preshuffled GEMM (vLLM 0.33.0 ``models/deepseek_v4/amd/
+        rocm.py``, ``DeepseekV4ROCMAiterMLAAttention._fused_wqa_wkv_gemm``). False models vLLM main between PR
+        #51430, which inlined ``self.fused_wqa_wkv(hidden_states)[0]`` at the call site, and PR #51821, which
+        restored the override point: the linear's own kernel reads the shuffled bytes (wo_b keeps its call).
     norm_quant_backend: which implementation runs a fused norm+quant producer, DeepSeek-V4's and
         DeepSeek-V3's (``v3_fused_norm_quant``) alike ("auto": the Triton kernel on
         NVIDIA GPUs, aiter's on ROCm, the torch reference on the CPU; or the name of a backend in
@@ -99,6 +104,7 @@ class ModelBehaviour:
     v4_ask_consumers: bool = False
     v4_model_preshuffle: bool = False
     skip_model_shuffle_if_kernel_preshuffles: bool = False
+    v4_wqa_wkv_override: bool = True
     norm_quant_backend: str = "auto"
     v4_wo_a_is_bmm: bool = True
     v3_fused_norm_quant: bool = False

@@ -84,6 +84,14 @@ BEHAVIOUR_FIXES: tuple[BehaviourFix, ...] = (
     ),
     BehaviourFix("v4_wo_a_is_bmm", True, ("v4",), "keeping is_bmm set on wo_a (DeepSeek-V4.1's ROCm model resets it)"),
     BehaviourFix(
+        "v4_wqa_wkv_override",
+        True,
+        ("v4",),
+        "calling fused_wqa_wkv through the model's override, the preshuffled GEMM for the weight the model "
+        "shuffled itself (the override point vLLM PR #51430 removed and #51821 restored)",
+        requires="v4_model_preshuffle",
+    ),
+    BehaviourFix(
         "load_order",
         "standard",
         ("v3",),
