@@ -66,7 +66,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "incident": run.incident.name,
             "ok": run.ok,
             "checks": [diagnosis_to_dict(c) for c in run.checks],
-            **{k: diagnosis_to_dict(v) for k, v in (("triage", run.triage), ("capture", run.capture), ("operands", run.operands)) if v is not None},
+            **{
+                k: diagnosis_to_dict(v)
+                for k, v in (("triage", run.triage), ("capture", run.capture), ("operands", run.operands))
+                if v is not None
+            },
         }
         written = write_atomically(args.json, json.dumps(data, indent=2) + "\n")
         print(f"wrote {written}")

@@ -32,7 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mla-debug {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, scenarios, report, profile, capture, incidents):
+    for command in (
+        demo,
+        kernel_demo,
+        kernels,
+        checkpoint,
+        layouts,
+        triage,
+        scenarios,
+        report,
+        profile,
+        capture,
+        incidents,
+    ):
         command.add_parser(sub)
     return parser
 

@@ -432,7 +432,9 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
             outputs.setdefault(key, []).append(compute_reading(ops, reading, held))
         if held.shuffles == 0:
             # Scale representation stories (`capture_format_stories`) on the plain bytes.
-            intended = None if scale_full is None else _shard(scale_full, t.get(f"{module}.weight_scale_inv"), tp, rank.rank)
+            intended = (
+                None if scale_full is None else _shard(scale_full, t.get(f"{module}.weight_scale_inv"), tp, rank.rank)
+            )
             for kinds, y in linear_format_candidates(ops, intended):
                 key = (kinds, "format")
                 keys[key] = (kinds, Reading())

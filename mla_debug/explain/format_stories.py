@@ -24,13 +24,13 @@ its non-finite values where the observed output has them and match the rest.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
 import torch
 
 from .._checks import describe
+from ..kernels.held_scales import block_gemm, dequantize_as_read
 from ..layouts.scale_format import (
     as_codes,
     codes_read_as_values,
@@ -42,9 +42,8 @@ from ..layouts.scale_format import (
     truncate_to_power_of_two,
     unpack_exponents,
 )
-from ..kernels.held_scales import block_gemm, dequantize_as_read
-from ..numerics.quantize import group_quantize
 from ..numerics import rel_l2
+from ..numerics.quantize import group_quantize
 from .stories import GROUP as _GROUP
 from .stories import REQUANT_FLAVOR, LinearOperands, StoryKind
 
@@ -86,7 +85,10 @@ def scale_readings(held: torch.Tensor, groups: int, intended: torch.Tensor | Non
     `intended` the values the scale should hold when known (a weight's checkpoint block scale)."""
     rep = representation(held)
     if rep == CODES:
-        return [ScaleReading(None, e8m0_values(held)), ScaleReading(StoryKind.SCALE_CODES_AS_VALUES, codes_read_as_values(held))]
+        return [
+            ScaleReading(None, e8m0_values(held)),
+            ScaleReading(StoryKind.SCALE_CODES_AS_VALUES, codes_read_as_values(held)),
+        ]
     if rep == PACKED:
         return [
             ScaleReading(None, unpack_exponents(held, groups)),
@@ -96,7 +98,10 @@ def scale_readings(held: torch.Tensor, groups: int, intended: torch.Tensor | Non
     if intended is not None and tuple(intended.shape) == tuple(held.shape) and not torch.equal(values, intended):
         codes = _codes_of(intended.to(torch.float32))
         if codes is not None and torch.equal(values, codes):
-            return [ScaleReading(None, intended.to(torch.float32)), ScaleReading(StoryKind.SCALE_CODES_AS_VALUES, values)]
+            return [
+                ScaleReading(None, intended.to(torch.float32)),
+                ScaleReading(StoryKind.SCALE_CODES_AS_VALUES, values),
+            ]
     readings = [ScaleReading(None, values)]
     if not bool(is_power_of_two(values).all()) and bool((torch.isfinite(values) & (values > 0)).all()):
         flat = values.reshape(-1, values.shape[-1])
@@ -152,7 +157,9 @@ class FormatOperands:
             if t.element_size() != 1 or not t.is_floating_point():
                 raise TypeError(f"{name}: {describe(t)} must be fp8 codes (the op's quantized operand)")
         if self.grouped != (self.weight.dim() == 3):
-            raise ValueError(f"x {describe(self.x)} and weight {describe(self.weight)}: both 2-D (a linear) or both 3-D (grouped)")
+            raise ValueError(
+                f"x {describe(self.x)} and weight {describe(self.weight)}: both 2-D (a linear) or both 3-D (grouped)"
+            )
         if self.x.shape[-1] % GROUP or self.x.shape[-1] != self.weight.shape[-1]:
             raise ValueError(
                 f"x {describe(self.x)} and weight {describe(self.weight)} must share K, a multiple of {GROUP}"
@@ -175,7 +182,9 @@ def _act_readings(ops: FormatOperands) -> list[tuple[tuple[StoryKind, ...], torc
         kinds = () if reading.kind is None else (reading.kind,)
         out.append((kinds, values))
         if ops.grouped and ops.act_rows_written == TOKEN_MAJOR:
-            out.append((kinds + (StoryKind.GROUPED_SCALE_TOKEN_READ_AS_GROUP,), grouped_scale_read(values, GROUP_MAJOR)))
+            out.append(
+                (kinds + (StoryKind.GROUPED_SCALE_TOKEN_READ_AS_GROUP,), grouped_scale_read(values, GROUP_MAJOR))
+            )
     return out
 
 
@@ -186,8 +195,7 @@ def _weight_readings(ops: FormatOperands) -> list[tuple[tuple[StoryKind, ...], t
     intended_rows = None if intended is None else intended.reshape(-1, intended.shape[-1])
     shape = (*ops.weight.shape[:-2], -(-ops.weight.shape[-2] // GROUP), kb)
     return [
-        (() if r.kind is None else (r.kind,), r.values.reshape(shape))
-        for r in scale_readings(rows, kb, intended_rows)
+        (() if r.kind is None else (r.kind,), r.values.reshape(shape)) for r in scale_readings(rows, kb, intended_rows)
     ]
 
 

@@ -110,13 +110,17 @@ def _compare_triage(expected: Mapping[str, Any], found: TriageDiagnosis) -> list
         checks.append(Check("triage", "diverged", sorted(want), sorted(found.diverged), want == set(found.diverged)))
     if "first_step" in expected:
         steps = set(found.first_steps.values())
-        checks.append(Check("triage", "first_step", expected["first_step"], sorted(steps), steps == {expected["first_step"]}))
+        checks.append(
+            Check("triage", "first_step", expected["first_step"], sorted(steps), steps == {expected["first_step"]})
+        )
     if "culprit" in expected:
         layers = set(found.culprits.values())
         checks.append(Check("triage", "culprit", expected["culprit"], sorted(layers), layers == {expected["culprit"]}))
     if "violations" in expected:
         want = set(expected["violations"])
-        checks.append(Check("triage", "violations", sorted(want), list(found.violations), want == set(found.violations)))
+        checks.append(
+            Check("triage", "violations", sorted(want), list(found.violations), want == set(found.violations))
+        )
     if "workaround" in expected:
         want = expected["workaround"]
         checks.append(Check("triage", "workaround", want, list(found.workarounds), want in found.workarounds))
@@ -162,7 +166,9 @@ def _compare_operands(expected: Mapping[str, Any], found: OperandDiagnosis) -> l
         got = found.variants.get(name)
         want_restores = verdict == "restores"
         value = None if got is None else ("restores" if got.restores else "does-not-restore")
-        checks.append(Check("operands", f"variants.{name}", verdict, value, got is not None and got.restores is want_restores))
+        checks.append(
+            Check("operands", f"variants.{name}", verdict, value, got is not None and got.restores is want_restores)
+        )
     return checks
 
 

@@ -29,11 +29,11 @@ import torch
 from ..explain.explain import StepExplanation
 from ..explain.format_stories import FormatOperands
 from ..explain.operands import explain_operands
-from ..verdict import DIVERGENCE_FACTOR, MIN_THRESHOLD
 from ..kernels.held_scales import CONSUMERS, FP32, block_gemm, consumer_read, dequantize_as_read
 from ..layouts.scale_format import codes_read_as_values, e8m0_codes, grouped_scale_read, pack_exponents
 from ..numerics import rel_l2
 from ..numerics.quantize import block_quantize, ceil_pow2, group_quantize
+from ..verdict import DIVERGENCE_FACTOR, MIN_THRESHOLD
 
 GROUP = 128
 OPS = ("grouped", "linear")
@@ -41,13 +41,27 @@ ACT_SCALES = ("fp32", "ue8m0", "ue8m0-after-quant")
 HELD = ("values", "packed")
 WEIGHT_HELD = ("values", "packed", "codes-as-values")
 ROWS = ("group-major", "token-major")
-_SPEC_KEYS = ("op", "step", "tensor", "shape", "ranks", "seed", "spread", "activation", "weight", "consumer", "variants")
+_SPEC_KEYS = (
+    "op",
+    "step",
+    "tensor",
+    "shape",
+    "ranks",
+    "seed",
+    "spread",
+    "activation",
+    "weight",
+    "consumer",
+    "variants",
+)
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(dict(base))
     for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
+        )
     return out
 
 
@@ -142,7 +156,9 @@ def _weight(spec: OperandSpec, gen: torch.Generator):
     codes, scales, dense = [], [], []
     for _ in range(mats):
         w = torch.randn(spec.rank, spec.dim, generator=gen) * 0.02
-        q, s, _ = block_quantize(w, (GROUP, GROUP), "e4m3fn", "deepgemm", ue8m0=spec.weight_ue8m0, name=f"{spec.step}.weight")
+        q, s, _ = block_quantize(
+            w, (GROUP, GROUP), "e4m3fn", "deepgemm", ue8m0=spec.weight_ue8m0, name=f"{spec.step}.weight"
+        )
         codes.append(q)
         scales.append(s)
         dense.append(dequantize_as_read(q, s, GROUP))
@@ -187,7 +203,9 @@ def build(spec: OperandSpec) -> list[Built]:
         act_held, w_held = _held_activation(spec, scale), _held_weight(spec, w_scale)
         groups = spec.dim // GROUP
         act_rows = act_held if act_held.dim() == 2 else act_held.reshape(-1, groups)
-        act_read = consumer_read(act_rows, groups, spec.consumer, f"{spec.step} input scale").reshape(*x.shape[:-1], groups)
+        act_read = consumer_read(act_rows, groups, spec.consumer, f"{spec.step} input scale").reshape(
+            *x.shape[:-1], groups
+        )
         if spec.op == "grouped" and spec.act_rows == "token-major":
             act_read = grouped_scale_read(act_read, "group-major")  # the consumer walks the groups' rows in turn
         w_rows = w_held if w_held.dim() == 2 else w_held.reshape(-1, w_held.shape[-1])
@@ -244,7 +262,9 @@ def _worst(errors: list[float]) -> float:
 
 def run_config(name: str, spec: OperandSpec) -> ConfigOutcome:
     built = build(spec)
-    explanation = explain_operands(spec.step, [b.operands for b in built], [b.observed for b in built], tensor=spec.tensor)
+    explanation = explain_operands(
+        spec.step, [b.operands for b in built], [b.observed for b in built], tensor=spec.tensor
+    )
     truth_err = _worst([_truth_err(b.observed, b.truth) for b in built])
     floor = _worst([rel_l2(b.reference, b.truth) for b in built])
     return ConfigOutcome(name, explanation, truth_err, floor, max(DIVERGENCE_FACTOR * floor, MIN_THRESHOLD))
@@ -264,4 +284,3 @@ def run_operands(where: str, data: Mapping[str, Any]) -> OperandRun:
     for name, over in (data.get("variants") or {}).items():
         variants[name] = run_config(name, OperandSpec.parse(f"{where} variant {name}", _merge(base, over)))
     return OperandRun(spec, run_config("reported", spec), variants)
-

@@ -38,8 +38,22 @@ _TOP_KEYS = (
     "expected",
     "notes",
 )
-_REQUIRED = ("name", "title", "scope", "source", "engine", "platform", "model", "parallel", "symptom", "mechanism",
-             "fix", "thread_reported", "reproduce", "expected")
+_REQUIRED = (
+    "name",
+    "title",
+    "scope",
+    "source",
+    "engine",
+    "platform",
+    "model",
+    "parallel",
+    "symptom",
+    "mechanism",
+    "fix",
+    "thread_reported",
+    "reproduce",
+    "expected",
+)
 _MECHANISM_KEYS = ("tensor", "contract", "producer", "consumer")
 _THREAD_KEYS = ("step", "kind", "fix", "workaround")
 
@@ -133,7 +147,13 @@ def _thread(where: str, value: Any) -> Thread:
     kind = _text(where, "kind", data.get("kind"))
     if kind not in ("issue", "pr"):
         raise IncidentFileError(f"{where}: thread {ref} kind {kind!r} is not issue or pr")
-    return Thread(ref, kind, _text(where, "state", data.get("state")), str(data.get("date", "")), _text(where, "role", data.get("role")))
+    return Thread(
+        ref,
+        kind,
+        _text(where, "state", data.get("state")),
+        str(data.get("date", "")),
+        _text(where, "role", data.get("role")),
+    )
 
 
 def parse_incident(data: Any, where: str, path: Path | None = None) -> Incident:
@@ -166,7 +186,9 @@ def parse_incident(data: Any, where: str, path: Path | None = None) -> Incident:
             "reproduction states the diagnosis it must give"
         )
     if scope == "moe" and not data.get("stand_in"):
-        raise IncidentFileError(f"{where}: a moe incident says in stand_in which tensor mla_debug plants the contract on")
+        raise IncidentFileError(
+            f"{where}: a moe incident says in stand_in which tensor mla_debug plants the contract on"
+        )
     return Incident(
         name=name,
         title=_text(where, "title", data["title"]),

@@ -229,7 +229,11 @@ def operand_diagnosis(run) -> OperandDiagnosis:
     def verdict(outcome) -> VariantVerdict:
         e = outcome.explanation
         return VariantVerdict(
-            e.outcome.value, tuple(dict.fromkeys(k.value for k in e.story)), outcome.truth_err, outcome.threshold, not outcome.diverged
+            e.outcome.value,
+            tuple(dict.fromkeys(k.value for k in e.story)),
+            outcome.truth_err,
+            outcome.threshold,
+            not outcome.diverged,
         )
 
     e = run.bad.explanation

@@ -27,7 +27,9 @@ from ..numerics import fp8_format
 GROUP = 128
 # What a consumer does with the scale it is handed:
 FP32 = "fp32"  # takes fp32 values as numbers (DeepGEMM's SM90 recipe, Triton, CUTLASS); packed words as fp32 too
-UE8M0_MASKED = "ue8m0-masked"  # converts fp32 to ue8m0 keeping each exponent byte (DeepGEMM's torch packer, CUDA after PR #337)
+UE8M0_MASKED = (
+    "ue8m0-masked"  # converts fp32 to ue8m0 keeping each exponent byte (DeepGEMM's torch packer, CUDA after PR #337)
+)
 UE8M0_UNMASKED = "ue8m0-unmasked"  # DeepGEMM's CUDA packers before PR #337: shift-OR without masking
 CONSUMERS = (FP32, UE8M0_MASKED, UE8M0_UNMASKED)
 
@@ -59,7 +61,9 @@ def dequantize_as_read(codes: torch.Tensor, scale: torch.Tensor, block_rows: int
     if block_rows > 1:
         expanded = expanded.repeat_interleave(block_rows, dim=-2)[..., : codes.shape[-2], :]
     if expanded.shape != values.shape:
-        raise ValueError(f"scale {describe(scale)} does not cover codes {describe(codes)} in 1x{GROUP} / {block_rows}x{GROUP} blocks")
+        raise ValueError(
+            f"scale {describe(scale)} does not cover codes {describe(codes)} in 1x{GROUP} / {block_rows}x{GROUP} blocks"
+        )
     return values * expanded
 
 

@@ -140,8 +140,10 @@ def unpack_exponents(words: torch.Tensor, groups: int, name: str = "packed scale
         raise TypeError(f"{name}: {describe(words)} must be int32 (four E8M0 codes per word)")
     mn, per_row = words.shape
     if -(-groups // CODES_PER_WORD) != per_row:
-        raise ValueError(f"{name}: {describe(words)} holds {per_row} words per row; {groups} groups pack into "
-                         f"{-(-groups // CODES_PER_WORD)}")
+        raise ValueError(
+            f"{name}: {describe(words)} holds {per_row} words per row; {groups} groups pack into "
+            f"{-(-groups // CODES_PER_WORD)}"
+        )
     rows = torch.empty((mn, per_row), dtype=torch.int32, device=words.device).copy_(words)
     codes = rows.view(torch.uint8).view(mn, per_row * CODES_PER_WORD)[:, :groups]
     return e8m0_values(codes, name)

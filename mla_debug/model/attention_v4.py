@@ -56,7 +56,9 @@ def prepare_model_side(linears: dict, behaviour, is_rocm: bool) -> None:
             block.shuffle_weight((16, 16), by="model prepare_attn_preshuffle")
         linear.model_prepared = True
         if name == "fused_wqa_wkv" and not behaviour.v4_wqa_wkv_override:
-            block.events.append("the model's call of the preshuffled GEMM is bypassed: the linear's own kernel reads it")
+            block.events.append(
+                "the model's call of the preshuffled GEMM is bypassed: the linear's own kernel reads it"
+            )
             continue
         linear.direct_kernel = get_kernel("aiter-bpreshuffle")
         block.events.append("model calls gemm_a8w8_blockscale_bpreshuffle directly")

@@ -329,9 +329,10 @@ def setting_changes(scenario: Scenario) -> list[Change]:
             if changed.effective_fields() == scenario.effective_fields():
                 continue
             text = declared.text(value)
-            what = {SettingKind.ENV: "environment variable", SettingKind.CODE: "a one-line edit of the engine's source"}.get(
-                declared.kind, "server argument"
-            )
+            what = {
+                SettingKind.ENV: "environment variable",
+                SettingKind.CODE: "a one-line edit of the engine's source",
+            }.get(declared.kind, "server argument")
             changes.append(Change(SET_SETTING, name, f"setting {text} ({what})", text, value))
     return changes
 

@@ -24,7 +24,13 @@ _OUTCOME_WORDS = {
 def incident_rows(incidents: list[Incident]) -> list[tuple[str, str, str, str, str]]:
     """(name, engine, platform, model, reproduced by) per incident, for a table."""
     return [
-        (i.name, i.engine.split(" (")[0], i.platform.split(";")[0].split(" (")[0], i.model.split(" (")[0], ", ".join(i.kinds))
+        (
+            i.name,
+            i.engine.split(" (")[0],
+            i.platform.split(";")[0].split(" (")[0],
+            i.model.split(" (")[0],
+            ", ".join(i.kinds),
+        )
         for i in incidents
     ]
 
@@ -49,11 +55,16 @@ def _triage_text(d: TriageDiagnosis) -> list[tuple[str, str]]:
         steps = ", ".join(sorted(set(d.first_steps.values())))
         layers = ", ".join(sorted(set(d.culprits.values())))
         broken = ", ".join(d.violations) or "none (a value difference, no layout contract broken)"
-        out += [("step", f"first divergent step {steps}; culprit layer {layers}"), ("kind", f"contracts broken: {broken}")]
+        out += [
+            ("step", f"first divergent step {steps}; culprit layer {layers}"),
+            ("kind", f"contracts broken: {broken}"),
+        ]
         if d.code_fixes:
             out.append(("fix", "code changes that restore: " + "; ".join(d.code_fixes)))
         if d.known_fix is not None:
-            out.append(("fix", "the scenario's known upstream fix " + ("restores" if d.known_fix else "does not restore")))
+            out.append(
+                ("fix", "the scenario's known upstream fix " + ("restores" if d.known_fix else "does not restore"))
+            )
         if d.workarounds:
             out.append(("workaround", "; ".join(d.workarounds)))
         if d.headline:
@@ -72,7 +83,9 @@ def _capture_text(d: CaptureDiagnosis) -> list[tuple[str, str]]:
         ("step", f"{d.first_step}: {outcome}{story}"),
     ]
     if moved:
-        out.append(("weights", "bytes differ from the checkpoint's: " + ", ".join(f"{n} ({d.weights[n]})" for n in moved)))
+        out.append(
+            ("weights", "bytes differ from the checkpoint's: " + ", ".join(f"{n} ({d.weights[n]})" for n in moved))
+        )
     others = {s: o for s, o in d.outcomes.items() if s != d.first_step}
     if others:
         out.append(("explained", "; ".join(f"{s}: {o}" for s, o in others.items())))
@@ -84,8 +97,11 @@ def _operands_text(d: OperandDiagnosis) -> list[tuple[str, str]]:
     story = f" {', '.join(d.stories)}" if d.stories else ""
     out = [
         ("operands", f"{d.step}: {outcome}{story}"),
-        ("error", f"against the fp32 truth {_number(d.truth_err)} (noise floor {_number(d.floor)}, divergence "
-                  f"threshold {_number(d.threshold)}): {'diverged' if d.diverged else 'within noise'}"),
+        (
+            "error",
+            f"against the fp32 truth {_number(d.truth_err)} (noise floor {_number(d.floor)}, divergence "
+            f"threshold {_number(d.threshold)}): {'diverged' if d.diverged else 'within noise'}",
+        ),
     ]
     for name, v in d.variants.items():
         verdict = "restores" if v.restores else "does not restore"
@@ -117,6 +133,8 @@ def diagnosis_lines(run: IncidentRun) -> list[str]:
         lines += textwrap.wrap(
             f"  {mark} {c.reproduction}.{c.field} = {c.expected}{detail}", WIDTH, subsequent_indent=" " * 7
         )
-    verdict = "reproduced: every expected field holds" if run.ok else f"NOT reproduced: {len(run.failed)} field(s) differ"
+    verdict = (
+        "reproduced: every expected field holds" if run.ok else f"NOT reproduced: {len(run.failed)} field(s) differ"
+    )
     lines += ["", verdict]
     return lines

@@ -25,7 +25,10 @@ def grouped_op(t=4, g=3, d=256, r=128, seed=0, ue8m0=False):
     o = torch.randn(t, g, d, generator=gen) * (10 ** torch.rand(t, g, 1, generator=gen))
     flavor = "sglang-triton-colmajor"
     codes, scale, _ = group_quantize(o, 128, "e4m3fn", flavor, ue8m0=ue8m0)
-    ws = [block_quantize(torch.randn(r, d, generator=gen) * 0.02, (128, 128), "e4m3fn", "deepgemm", ue8m0=True) for _ in range(g)]
+    ws = [
+        block_quantize(torch.randn(r, d, generator=gen) * 0.02, (128, 128), "e4m3fn", "deepgemm", ue8m0=True)
+        for _ in range(g)
+    ]
     return codes, scale, torch.stack([w[0] for w in ws]), torch.stack([w[1] for w in ws])
 
 

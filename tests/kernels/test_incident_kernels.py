@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import linear, random_tokens, random_weight
 
 import mla_debug as md
 from mla_debug.layouts import ScaleLayout
 from mla_debug.model.fused_producer import restrided, written_layout
 
-from helpers import linear, random_tokens, random_weight
-
 MI355X = md.kernels.platform("mi355x")
-
 
 
 def _run(kernel, weight, x, **options):
