@@ -15,8 +15,8 @@ of the last K block in place of its own. The damage per bad row then shrinks as 
 K / 128), as the record's numbers do (kv_b_proj, K = 512, far worse than q_b_proj or down_proj). Bytes and layouts are the correct kernel's (the weight shuffled once and read
 so, column-major activation-scale bytes), so every layout contract holds and only the values are wrong -
 the case in which mla_debug must report a value difference and no layout story. The defaults (M >= 56,
-16-row tiles) are the characterisation of the incident's brief; the record confirms tile-boundary rows and
-the M dependence, not these numbers.
+16-row tiles) are a characterisation the stored record does not give: it confirms rows at tile boundaries
+and the M dependence, not these numbers.
 """
 
 from __future__ import annotations
