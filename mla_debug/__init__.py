@@ -25,6 +25,7 @@ from __future__ import annotations
 from . import (  # noqa: F401
     capture,
     explain,
+    incidents,
     kernels,
     layouts,
     model,
