@@ -19,7 +19,7 @@ TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH_SPEC)' | tr -c 'A-Za-
 .PHONY: demo test docs lab lint clean
 
 demo: $(VENV)/.deps-base
-	$(PY) -m mla_debug.cli.demo
+	$(PY) -m mla_debug.cli demo
 
 # The released vLLM and SGLang wheels the engine-reference tests read (fetched once, never installed).
 test: $(VENV)/.deps-dev

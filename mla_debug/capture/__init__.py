@@ -20,22 +20,13 @@ from .canonical import DERIVED, DERIVED_SCALES, MODULES, CanonicalModule
 from .load import load_capture
 from .names import Argument, DerivedName, ModuleName, NameMap, builtin_maps, user_map
 from .recorder import LayerCapture, capture, capture_call, record
+from .roles import RankDisagreement, Shard, TensorRole
 from .scan import ModelScan, scan
 from .scan_store import load_scan
 from .scan_types import Scan, ScanStep
 from .sglang_dump import load_sglang_dump
 from .sglang_dump_export import export_sglang_dump
-from .types import (
-    FORMAT_VERSION,
-    Capture,
-    CapturedTensor,
-    CaptureManifest,
-    EngineInfo,
-    RankCapture,
-    RankDisagreement,
-    Shard,
-    TensorRole,
-)
+from .types import FORMAT_VERSION, Capture, CapturedTensor, CaptureManifest, EngineInfo, RankCapture
 
 __all__ = [
     "DERIVED",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..model import MLAConfig
 from ..parallel.sharding import COLUMN, REPLICATED, ROW
-from .types import Shard
+from .roles import Shard
 
 ATTENTION, ROPE = "attention", "rope"
 

@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 
 from .gather import check_replicated, per_rank
+from .roles import Shard
 from .store import RANK_FOLDER, manifest_to_json, read_rank
-from .types import Capture, CaptureManifest, Shard
+from .types import Capture, CaptureManifest
 
 
 def _rank_folders(root: Path) -> dict[tuple[int, int], Path]:

@@ -30,12 +30,12 @@ import torch
 
 from .names import NameMap, builtin_maps, resolve_map
 from .recorder import _hf_config, _rank_and_size
+from .roles import Shard
 from .scan_maps import StreamRule, stream_rule
 from .scan_store import write_rank_scan
 from .scan_types import ScanManifest, ScanStep, StepSummary
 from .store import rank_folder_name
 from .tensor_facts import installed_versions, local_tensor
-from .types import Shard
 
 # Defaults that keep a 61-layer, 7168-wide model at 16 tokens under 5 MB per rank (benchmarks/RESULTS.md).
 MAX_TOKENS = 64

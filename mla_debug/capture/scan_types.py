@@ -21,7 +21,7 @@ from enum import Enum
 
 import torch
 
-from .types import Shard
+from .roles import Shard
 
 SCAN_FORMAT_VERSION = 1
 

@@ -29,9 +29,10 @@ import torch
 from ..model import MLAConfig
 from . import canonical as canon
 from .names import NameMap, resolve_map
+from .roles import Shard, TensorRole
 from .sglang_dump_names import RELEASE, DumpName, all_maps, classify, parse_file_name
 from .tensor_facts import local_tensor
-from .types import Capture, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
+from .types import Capture, CapturedTensor, CaptureManifest, EngineInfo, RankCapture
 
 
 class RefusedDumpFile(ValueError):

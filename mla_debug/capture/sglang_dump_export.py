@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 
 from .._files import folder_atomically
+from .roles import Shard, TensorRole
 from .sglang_dump_names import DEFAULT_RECOMPUTE_STATUS, TAG_SEPARATOR, export_name
-from .types import Capture, Shard, TensorRole
+from .types import Capture
 
 _EXPORTED_ROLES = (TensorRole.INPUT, TensorRole.OUTPUT)
 

@@ -17,8 +17,8 @@ tag ``layer_id`` is N (l.658). Core fields are dumped under their bare name inst
 ``positions`` (SGLang plugin, l.1804) and ``position_ids`` (l.1903). ``dump_model`` names parameters
 ``param__<parameter path>`` (l.322-334).
 
-Module paths under the attention module are read with mla_debug's name maps (`names_sglang`,
-`names_transformers`, `names_vllm`, each citing its release): ``fused_qkv_a_proj_with_mqa`` is SGLang's
+Module paths under the attention module are read with mla_debug's name maps (`names.sglang`,
+`names.transformers`, `names.vllm`, each citing its release): ``fused_qkv_a_proj_with_mqa`` is SGLang's
 fused q_a/kv_a linear, ``q_b_proj`` its q up-projection, and so on. The attention module itself is
 called with keywords (SGLang: srt/models/deepseek_v2.py l.2815, ``positions=..., hidden_states=...``;
 transformers: ``hidden_states=...``), so its input is ``...self_attn.inputs.hidden_states`` and its output
@@ -125,7 +125,7 @@ def all_maps() -> list[NameMap]:
 def export_name(canonical: str, layer: int, attention_path: str = "model.layers.{layer}.self_attn") -> str:
     """The dump name SGLang's dumper gives `canonical` of `layer` in SGLang's DeepSeek model (the SGLang
     map's module path; a module SGLang does not have keeps its canonical name as its path)."""
-    from .names_sglang import SGLANG_0_5_23
+    from .names.sglang import SGLANG_0_5_23
 
     base = attention_path.format(layer=layer)
     if canonical == canon.POSITIONS:

@@ -19,7 +19,8 @@ import math
 
 import torch
 
-from .config import MLAConfig, RopeScaling
+from .config import MLAConfig
+from .rope_scaling import RopeScaling
 
 
 def _correction_dim(rotations: float, dim: int, base: float, max_positions: int) -> float:
