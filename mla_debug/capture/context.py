@@ -74,8 +74,11 @@ class ContextRows:
 
 def rows_by_position(rows: torch.Tensor, call_positions: list[int] | None) -> torch.Tensor | None:
     """An op's rows taken at the call's positions, when the op ran over one sequence's whole KV cache
-    (row i holds position i: transformers' dynamic cache runs kv_b_proj over every cached latent in a
-    decode call); None when its rows cannot be matched to the call's that way."""
+    (row i holds position i); None when its rows cannot be matched to the call's that way.
+
+    transformers 5.25.0, models/deepseek_v3/modeling_deepseek_v3.py: DeepseekV3Attention.forward caches
+    the compressed latent (`cache.update(kv_nope, k_rot, ...)`, l.444) and `expand_kv` then runs
+    kv_b_proj over every cached row (l.400), the new ones appended last."""
     if not call_positions or len(set(call_positions)) != len(call_positions):
         return None
     if rows.shape[0] != max(call_positions) + 1:

@@ -369,7 +369,8 @@ class CaptureDiff:
 
     @property
     def table(self):
-        """pandas DataFrame, one row per step: errors, yardsticks, divergence, b's per-rank errors."""
+        """pandas DataFrame, one row per step: errors (as they are, inherited, residual), yardsticks,
+        verdict, a's (a_rank<r>) and b's (rank<r>) per-rank residuals."""
         import pandas as pd  # here: the package works without pandas
 
         rows = [
@@ -377,12 +378,16 @@ class CaptureDiff:
                 "step": s.step,
                 "status": s.status.value,
                 "rel_err": s.rel_err,
+                "inherited": s.inherited,
+                "residual": s.residual,
                 "max_abs": s.max_abs,
                 "cosine": s.cosine,
                 "snr_db": s.snr_db,
                 "floor": s.floor,
                 "threshold": s.threshold,
+                "verdict": None if s.verdict is None else s.verdict.value,
                 "diverged": s.diverged,
+                **{f"a_rank{r}": e for r, e in enumerate(s.rank_errors_a)},
                 **{f"rank{r}": e for r, e in enumerate(s.rank_errors)},
             }
             for s in self.steps

@@ -319,7 +319,8 @@ class CaptureExplanation:
 
     @property
     def table(self):
-        """pandas DataFrame, one row per candidate: step, outcome, rank, kinds, rel_err."""
+        """pandas DataFrame, one row per candidate: step, outcome, its place in the ranking (`rank`), kinds,
+        the TP ranks it was computed on (empty: every rank), rel_err."""
         import pandas as pd  # here: the package works without pandas
 
         rows = [
@@ -329,6 +330,7 @@ class CaptureExplanation:
                 "outcome": e.outcome.value,
                 "rank": c.rank,
                 "story": " + ".join(k.value for k in c.kinds),
+                "on_ranks": c.on_ranks,
                 "rel_err": c.rel_err,
                 "tolerance": e.tolerance,
             }
@@ -336,7 +338,8 @@ class CaptureExplanation:
             for c in (e.candidates or (None,))
             if c is not None
         ]
-        return pd.DataFrame(rows, columns=["step", "tensor", "outcome", "rank", "story", "rel_err", "tolerance"])
+        columns = ["step", "tensor", "outcome", "rank", "story", "on_ranks", "rel_err", "tolerance"]
+        return pd.DataFrame(rows, columns=columns)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -17,7 +17,7 @@ from capture_models import LAYER, TOKENS, input_ids, run_torchrun, save_tiny_mod
 
 import mla_debug as md
 from mla_debug.explain.diff import ByteRelation, LayoutBase, StepStatus, StepVerdict
-from mla_debug.explain.explain import DivergenceSource, Outcome
+from mla_debug.explain.explain import CaptureExplanation, DivergenceSource, Outcome
 from mla_debug.explain.stories import StoryKind
 from mla_debug.explain.truth import Truth, TruthSource
 from mla_debug.explain.untestable import Untestable
@@ -99,7 +99,7 @@ def test_clean_tp2_and_tp4_show_their_inherited_input_and_no_divergence(tp2, tp4
 
 
 @pytest.mark.parametrize("layer", LAYERS)
-def test_a_defect_on_one_rank_is_that_ranks_story(tp2, tp4, layer):
+def test_a_defect_on_one_rank_is_that_ranks_story(tp2, tp4, layer, tmp_path):
     clean, bad = tp2["clean"][layer], planted(tp4)[layer]
     diff = md.diff_captures(clean, bad)
     # No checkpoint: the clean side's bytes are the plain ones (the planted ones are a shuffle of them).
@@ -122,6 +122,7 @@ def test_a_defect_on_one_rank_is_that_ranks_story(tp2, tp4, layer):
     assert [s.step for s in explanation.stories] == ["kv_b_proj"]
     assert explanation.of("o_proj").outcome is Outcome.CORRECT_FROM_INPUTS  # inherited, not a second story
     assert "on rank 2" in explanation_sentence(found)
+    assert CaptureExplanation.load(explanation.to_json(tmp_path / "explanation.json")) == explanation
 
 
 def test_without_a_checkpoint_the_truth_is_named_and_what_depends_on_it_refused(tp2, tp4):
