@@ -29,12 +29,14 @@ def inferred_mode(kept: list[int], call_positions: list[int]) -> str:
     return "prefill" if needed_positions(kept) <= set(call_positions) else "decode"
 
 
-def key_positions(kept: list[int], call_positions: list[int]) -> list[int]:
+def key_positions(kept: list[int], call_positions: list[int], mode: str | None = None) -> list[int]:
     """The positions of the keys the kept rows attend to: the call's rows up to the last kept position,
-    and in a decode call every earlier position of the sequence (read from the KV cache)."""
+    and in a decode call (`mode`, else the one the positions show) every earlier position of the
+    sequence, read from the KV cache. A call said to be a prefill holds all its keys, wherever its
+    positions start."""
     horizon = max(kept)
     keys = {p for p in call_positions if p <= horizon}
-    if inferred_mode(kept, call_positions) == "decode":
+    if (mode or inferred_mode(kept, call_positions)) == "decode":
         keys |= needed_positions(kept)
     return sorted(keys)
 

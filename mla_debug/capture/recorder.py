@@ -514,7 +514,7 @@ class LayerCapture:
         """Positions of the keys the kept rows attended to (context.py), None when the call's are unknown."""
         if not self.activations or self._call_positions is None or not positions:
             return None
-        return key_positions(positions, self._call_positions)
+        return key_positions(positions, self._call_positions, self.mode)
 
     def manifest(self) -> CaptureManifest:
         """What this rank's capture shares with the other ranks' (kept tokens, positions, config, ...)."""

@@ -632,6 +632,8 @@ def floor_key(output_name: str, tensor: CapturedTensor, floor: dict[str, float] 
     judged as the all-reduce."""
     if output_name == "layer.output":
         return LAYER_OUTPUT_STEP
+    if output_name == "attention.output" and floor is not None and "absorb_uv" in floor:
+        return "absorb_uv"  # the absorbed program: an engine's attention op returns W_UV's V-space rows
     op = step_name(output_name)
     if floor is None or op in floor or tensor.step is None:
         return op
@@ -735,29 +737,33 @@ def decide_truth(
 ) -> tuple[Truth, list[Checkpoint]]:
     """The truth of a diff and the checkpoints it may be read from: the one given; else the sides' own
     when they agree or the weight forensics (`diff_weight`) decided for one side; else none decided -
-    both sides' checkpoints, the weights in dispute named."""
+    both sides' checkpoints, the weights in dispute named. A side's own checkpoint is built only when
+    needed (it gathers every weight)."""
     if checkpoint is not None:
         return Truth(TruthSource.CHECKPOINT), [checkpoint]
-    own = {"a": own_checkpoint(a), "b": own_checkpoint(b)}
-    held = [c for c in own.values() if c is not None]
-    if not held:
-        return Truth(TruthSource.NONE), []
+    sides = {"a": a, "b": b}
     differing = [w for w in weights if w.difference is not Difference.NONE]
     disputed = tuple(w.name for w in differing if w.base is LayoutBase.OTHER_SIDE)
     bases = {w.base.value for w in differing}
-    if not disputed and len(bases) <= 1:
-        if not bases and own["a"] is not None and own["b"] is not None:
-            return Truth(TruthSource.SIDES_AGREE), [own["a"]]
-        side = next(iter(bases)) if bases else ("a" if own["a"] is not None else "b")
-        if own[side] is not None:
-            return Truth(TruthSource(side)), [own[side]]
+    if not disputed and len(bases) == 1:
+        side = next(iter(bases))
+        own = own_checkpoint(sides[side])
+        if own is not None:
+            return Truth(TruthSource(side)), [own]
+    elif not differing:
+        # The same bytes on both sides (or one side without weights): either side's, when in checkpoint layout.
+        for side in ("a", "b"):
+            own = own_checkpoint(sides[side])
+            if own is not None:
+                other = sides["b" if side == "a" else "a"]
+                # The other side holds the same bytes: in checkpoint layout too unless its engine marked them re-laid.
+                agree = bool(weights) and not any(_relaid(other, w.name) for w in weights)
+                return Truth(TruthSource.SIDES_AGREE if agree else TruthSource(side)), [own]
+        return Truth(TruthSource.NONE), []
+    held = [c for c in (own_checkpoint(a), own_checkpoint(b)) if c is not None]
+    if not held:
+        return Truth(TruthSource.NONE), []
     return Truth(TruthSource.UNDECIDED, disputed or tuple(w.name for w in differing)), held
-
-
-def _floor(a: Capture, b: Capture, ckpt: Checkpoint) -> dict[str, float]:
-    from .reference import capture_floor
-
-    return capture_floor(a, ckpt, tuple(sorted({a.tp_size, b.tp_size})))
 
 
 def _outputs(capture: Capture) -> list[str]:
@@ -771,20 +777,32 @@ def _untestable_keyed(capture: Capture) -> Untestable | None:
     return reference_inputs(capture).untestable
 
 
-def _deltas(
-    a: Capture, b: Capture, inputs: InputDifference, truths: list[Checkpoint]
-) -> dict[str, torch.Tensor | str | None]:
-    """Per output name, what b inherits from its layer input's difference to a's (see compare_step)."""
-    if inputs.identical and inputs.context_identical:
-        return {}  # every step: NO_INPUT_DIFFERENCE
-    if len(truths) != 1:
-        return {name: None for name in _outputs(a)}  # no truth decided to propagate the difference through
-    deltas: dict[str, torch.Tensor | str | None] = dict(inherited_deltas(a, b, truths[0]))
-    if _untestable_keyed(a) or _untestable_keyed(b):
-        from .reference import KEYED_OUTPUTS
+def _yardsticks(
+    a: Capture, b: Capture, inputs: InputDifference, truths: list[Checkpoint], need_floor: bool = True
+) -> tuple[dict[str, float] | None, dict[str, torch.Tensor | str | None]]:
+    """The noise floor (from each candidate truth, the larger per step: symmetric in the sides; None when
+    not `need_floor`) and, per output name, what b inherits from its layer input's difference to a's (see
+    compare_step). Each truth's dequantized twin and its run on a's inputs serve both."""
+    from ..verdict.floor import dense_twin
+    from .reference import KEYED_OUTPUTS, capture_floor, truth_run
 
+    propagate = not (inputs.identical and inputs.context_identical)
+    floors, deltas = [], {}
+    for ckpt in truths if need_floor or (propagate and len(truths) == 1) else ():
+        dense = dense_twin(ckpt)
+        truth_a = truth_run(a, dense)
+        if need_floor:
+            floors.append(capture_floor(a, ckpt, tuple(sorted({a.tp_size, b.tp_size})), truth=truth_a))
+        if propagate and len(truths) == 1:
+            deltas = dict(inherited_deltas(a, b, ckpt, dense, truth_a))
+        del dense, truth_a
+    floor = {step: max(f.get(step, 0.0) for f in floors) for step in floors[0]} if floors else None
+    if not propagate:
+        return floor, {}  # every step: NO_INPUT_DIFFERENCE
+    if _untestable_keyed(a) or _untestable_keyed(b):
         deltas.update({name: None for name in KEYED_OUTPUTS})  # the truth lacked keys: its attention is not the engines'
-    return {name: deltas.get(name) for name in _outputs(a)}
+    # Without one decided truth there is nothing to propagate the difference through: those steps are unjudged.
+    return floor, {name: deltas.get(name) for name in _outputs(a)}
 
 
 def _steps(
@@ -805,12 +823,6 @@ def _steps(
             steps.append(compare_step(name, a, b, floor, deltas.get(name, NO_INPUT_DIFFERENCE)))
     steps += [StepComparison(step_name(n), StepStatus.ONLY_IN_B) for n in _outputs(b) if n not in set(outputs_a)]
     return tuple(steps)
-
-
-def _merged_floor(a: Capture, b: Capture, truths: list[Checkpoint]) -> dict[str, float]:
-    """The noise floor from each candidate truth, the larger per step (symmetric in the sides)."""
-    floors = [_floor(a, b, ckpt) for ckpt in truths]
-    return {step: max(f.get(step, 0.0) for f in floors) for step in floors[0]}
 
 
 def diff_captures(
@@ -856,15 +868,16 @@ def diff_captures(
         check_comparable(a, b)
         weights = _weights(a, b, checkpoint)
         truth, truths = decide_truth(a, b, checkpoint, weights)
+    inputs = input_difference(a, b)
+    computed, deltas = _yardsticks(a, b, inputs, truths, need_floor=floor is None)
     floor_source = None
     if floor is not None:
         floor_source = "given"
-    elif truths:
-        floor = _merged_floor(a, b, truths)
+    elif computed is not None:
+        floor = computed
         sources = " and ".join(ckpt.source or "the checkpoint" for ckpt in truths)
         floor_source = f"reference run vs fp32 truth of {sources} at TP {sorted({a.tp_size, b.tp_size})}"
-    inputs = input_difference(a, b)
-    steps = _steps(a, b, floor, _deltas(a, b, inputs, truths), keyed_untestable)
+    steps = _steps(a, b, floor, deltas, keyed_untestable)
     base = LayoutBase.CHECKPOINT if truth.source is TruthSource.CHECKPOINT or reference else (
         weights[0].base if weights else LayoutBase.OTHER_SIDE
     )

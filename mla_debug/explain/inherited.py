@@ -81,13 +81,17 @@ def input_difference(a: Capture, b: Capture) -> InputDifference:
     return InputDifference(False, rel_l2(xb, xa), max_abs_diff(xa, xb), same_context)
 
 
-def inherited_deltas(a: Capture, b: Capture, ckpt: Checkpoint) -> dict[str, torch.Tensor]:
+def inherited_deltas(a: Capture, b: Capture, ckpt: Checkpoint, dense: Checkpoint | None = None, truth_a=None):
     """Per output name both truths hold: the fp32 truth's output on b's inputs minus that on a's (the
-    change the input difference alone makes), in the capture's gathered shape."""
+    change the input difference alone makes), in the capture's gathered shape. `dense` (the checkpoint's
+    dequantized twin) and `truth_a` (the truth run on a's inputs) reuse what the noise floor made."""
+    from ..verdict.floor import dense_twin
     from .reference import truth_capture
 
-    truth_a, truth_b = truth_capture(a, ckpt), truth_capture(b, ckpt)
-    deltas = {}
+    dense = dense_twin(ckpt) if dense is None else dense
+    truth_a = truth_capture(a, ckpt, dense, truth_a)
+    truth_b = truth_capture(b, ckpt, dense)
+    deltas: dict[str, torch.Tensor] = {}
     for name in truth_a.names(TensorRole.OUTPUT):
         ya, yb = truth_a.gathered(name), truth_b.gathered(name)
         if ya.shape == yb.shape:

@@ -278,23 +278,32 @@ def _same_call(found: Capture, capture: Capture) -> Capture:
     return Capture(manifest, ranks)
 
 
-def truth_capture(capture: Capture, ckpt: Checkpoint) -> Capture:
+def truth_run(capture: Capture, dense: Checkpoint):
+    """The fp32 truth run (TP1, unquantized activations) of `dense` - a checkpoint's dequantized twin,
+    `verdict.dense_twin` - on the capture's inputs, cut to the kept rows."""
+    return _run(dense, reference_inputs(capture), 1, program(capture), torch.float32)
+
+
+def truth_capture(capture: Capture, ckpt: Checkpoint, dense: Checkpoint | None = None, run=None) -> Capture:
     """The fp32 truth (the checkpoint dequantized, unquantized activations, TP1) on the capture's inputs,
-    as a Capture of the kept rows."""
-    dense = dense_twin(ckpt)
-    run = _run(dense, reference_inputs(capture), 1, program(capture), torch.float32)
+    as a Capture of the kept rows; `dense` / `run` reuse a dequantized twin or a truth run made already."""
+    dense = dense_twin(ckpt) if dense is None else dense
+    run = truth_run(capture, dense) if run is None else run
     truth = _same_call(run_capture(run, dense, capture.hidden.to(torch.float32), capture.positions, note="fp32 truth"), capture)
     return Capture(replace(truth.manifest, engine=EngineInfo(TRUTH_ENGINE, None)), truth.ranks)
 
 
-def capture_floor(capture: Capture, ckpt: Checkpoint, tp_sizes: tuple[int, ...] | None = None) -> dict[str, float]:
+def capture_floor(
+    capture: Capture, ckpt: Checkpoint, tp_sizes: tuple[int, ...] | None = None, truth=None
+) -> dict[str, float]:
     """The FP8 noise floor per step (`verdict.step_floor`) on the capture's inputs: the reference
-    run against the fp32 truth of the checkpoint's dequantized weights (one truth run, TP1), at each of
-    `tp_sizes` (default: the capture's), the largest per step."""
+    run against the fp32 truth of the checkpoint's dequantized weights (one truth run, TP1; `truth`
+    when made already, `truth_run`), at each of `tp_sizes` (default: the capture's), the largest per step."""
     inputs, mode = reference_inputs(capture), program(capture)
-    dense = dense_twin(ckpt)
-    truth = _run(dense, inputs, 1, mode, torch.float32)
-    del dense
+    if truth is None:
+        dense = dense_twin(ckpt)
+        truth = _run(dense, inputs, 1, mode, torch.float32)
+        del dense
     floors = []
     for tp in tp_sizes or (capture.tp_size,):
         reference = _run(ckpt, inputs, tp, mode, _activation_dtype(capture))

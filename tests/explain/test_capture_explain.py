@@ -59,7 +59,7 @@ def test_clean_captures_agree_and_get_no_story(folder, weights, tokens, clean_tp
     assert {s.step for s in diff.steps} >= {"q_b_proj", "kv_b_proj", "o_proj", "layer"}
     for capture in (clean_tp2, clean_tp4):
         explanation = md.explain_capture(capture)
-        assert explanation.stories == [] and explanation.unexplained == []
+        assert explanation.stories == [] and explanation.unexplained == [] and explanation.untested == []
 
 
 def test_weight_shuffled_once_under_a_plain_reader_is_found_and_named(folder, weights, tokens, clean_tp2):
