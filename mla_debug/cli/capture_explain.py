@@ -24,7 +24,8 @@ def _checkpoint_option(parser) -> None:
         default=None,
         metavar="C",
         help="the layer's weights as the engine loaded them: a Hugging Face checkpoint folder or a capture folder "
-        "whose weights are in checkpoint layout (default: a capture's own, when they are)",
+        "whose weights are in checkpoint layout (default: the captures' own, when they are - the output names "
+        "which weights every verdict rests on)",
     )
     parser.add_argument(
         "--json", default=None, metavar="OUT.json", help="also write the result as JSON (never overwrites)"
@@ -35,9 +36,11 @@ def add_diff_parser(actions) -> None:
     diff = actions.add_parser(
         "diff",
         help="per step and rank, where capture B leaves capture A; weights' bytes in layout or value",
-        description="Diff two captures of one layer (e.g. TP2 and TP4) on the same inputs: each step's error "
-        "of B against A judged by the FP8 noise floor, and each weight's and scale's bytes on every rank against "
-        "the checkpoint (same bytes, shuffled N times, scale order, other values).",
+        description="Diff two captures of one layer (e.g. TP2 and TP4) on the same tokens: each step's error "
+        "of B against A, less what the two layer inputs' own difference explains, judged by the FP8 noise floor; "
+        "and each weight's and scale's bytes on every rank against the checkpoint (same bytes, shuffled N times, "
+        "scale order, other values). Without --checkpoint it says which weights it judged against, the same "
+        "whichever capture comes first.",
     )
     diff.add_argument("a", metavar="A", help="capture folder: the baseline (B is judged against it)")
     diff.add_argument("b", metavar="B", nargs="?", default=None, help="capture folder under test")

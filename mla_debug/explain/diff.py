@@ -791,11 +791,12 @@ def _yardsticks(
     for ckpt in truths if need_floor or (propagate and len(truths) == 1) else ():
         dense = dense_twin(ckpt)
         truth_a = truth_run(a, dense)
-        if need_floor:
-            floors.append(capture_floor(a, ckpt, tuple(sorted({a.tp_size, b.tp_size})), truth=truth_a))
         if propagate and len(truths) == 1:
             deltas = dict(inherited_deltas(a, b, ckpt, dense, truth_a))
-        del dense, truth_a
+        del dense  # before the reference runs: the dequantized twin is the largest thing held
+        if need_floor:
+            floors.append(capture_floor(a, ckpt, tuple(sorted({a.tp_size, b.tp_size})), truth=truth_a))
+        del truth_a
     floor = {step: max(f.get(step, 0.0) for f in floors) for step in floors[0]} if floors else None
     if not propagate:
         return floor, {}  # every step: NO_INPUT_DIFFERENCE

@@ -11,6 +11,7 @@ plotly is imported inside `capture_heatmap` only.
 from __future__ import annotations
 
 import html
+import math
 from typing import TYPE_CHECKING
 
 from ..explain.diff import (
@@ -315,18 +316,21 @@ def ranking_rows(e: StepExplanation) -> list[tuple[str, str, str, str]]:
 
 def capture_heatmap(diff: CaptureDiff) -> go.Figure:
     """plotly Figure: rows the compared steps in layer order, columns b's ranks (their slice of a
-    column-parallel output) and the gathered output; colour log10 rel_err of b against a; diverged
-    gathered cells outlined in red."""
+    column-parallel output) and the gathered output; colour log10 of the judged error of b against a
+    (the residual once the layer inputs' difference is taken away); diverged gathered cells outlined in red."""
     import plotly.graph_objects as go
 
     steps = [s for s in diff.steps if s.status is StepStatus.COMPARED]
     columns = [f"rank {r}" for r in range(diff.b.tp_size)] + ["gathered"]
-    rows = [[*(list(s.rank_errors) or [None] * diff.b.tp_size), s.rel_err] for s in steps]
+    # The judged number: the residual where the diff propagated the inputs' difference, else rel_err.
+    judged = [s.rel_err if math.isnan(s.residual) else s.residual for s in steps]
+    rows = [[*(list(s.rank_errors) or [None] * diff.b.tp_size), j] for s, j in zip(steps, judged)]
     z, low, high = log10_grid(rows)
     names = [s.step for s in steps]
     hover = [
         [
-            f"{html.escape(s.step)} {col}: rel_err {sci(v)}"
+            f"{html.escape(s.step)} {col}: residual {sci(v)}"
+            + (f"<br>rel_err {sci(s.rel_err)}, inherited {sci(s.inherited)}" if s.inherited else "")
             + (f"<br>threshold {sci(s.threshold)}" if s.threshold is not None else "")
             + ("<br>DIVERGED" if s.diverged and col == "gathered" else "")
             for col, v in zip(columns, row)
@@ -346,7 +350,7 @@ def capture_heatmap(diff: CaptureDiff) -> go.Figure:
             zmax=high,
             xgap=1,
             ygap=1,
-            colorbar=dict(title=dict(text="rel_err"), tickvals=tickvals, ticktext=ticktext),
+            colorbar=dict(title=dict(text="residual"), tickvals=tickvals, ticktext=ticktext),
         )
     )
     shapes = [
@@ -368,8 +372,9 @@ def capture_heatmap(diff: CaptureDiff) -> go.Figure:
         title=dict(
             text=(
                 f"b ({html.escape(diff.b.engine)} TP{diff.b.tp_size}) against a ({html.escape(diff.a.engine)} "
-                f"TP{diff.a.tp_size}): {n_div} of {len(steps)} steps diverged<br><sup>colour: log10 rel_err; "
-                "red outline: diverged beyond the FP8 noise floor</sup>"
+                f"TP{diff.a.tp_size}): {n_div} of {len(steps)} steps diverged<br><sup>colour: log10 of the error "
+                "left once the layer inputs' difference is taken away; red outline: diverged beyond the FP8 "
+                "noise floor</sup>"
             ),
             x=0.0,
             xref="paper",
