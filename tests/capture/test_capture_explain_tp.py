@@ -47,32 +47,35 @@ def model_dir(tmp_path_factory):
     return save_tiny_model(folder, dtype=torch.bfloat16, layers=4, kv_lora_rank=256)
 
 
-def _captures(model_dir, root, tp: int, plant: str):
-    clean, planted = root / "clean", root / "planted"
+def _captures(model_dir, root, tp: int, plants: tuple[str, ...]):
+    """{"clean": {layer: capture}, plant spec: {layer: capture}, ...} from one torchrun launch."""
     extra = ("--layers", ",".join(map(str, LAYERS)))
     if _aiter_usable():
-        extra += ("--plant", plant, str(planted))
-    run_torchrun(model_dir, clean, tp, extra=extra)
-    found = {"clean": {layer: md.load_capture(clean / f"layer{layer}") for layer in LAYERS}}
-    if planted.exists():
-        found["planted"] = {layer: md.load_capture(planted / f"layer{layer}") for layer in LAYERS}
+        for spec in plants:
+            extra += ("--plant", spec, str(root / spec.replace("@", "-at-")))
+    run_torchrun(model_dir, root / "clean", tp, extra=extra)
+    found = {}
+    for name in ("clean", *plants):
+        folder = root / name.replace("@", "-at-")
+        if folder.exists():
+            found[name] = {layer: md.load_capture(folder / f"layer{layer}") for layer in LAYERS}
     return found
 
 
 @pytest.fixture(scope="module")
 def tp2(model_dir, tmp_path_factory):
-    return _captures(model_dir, tmp_path_factory.mktemp("tp2"), 2, "q_a_proj@all")
+    return _captures(model_dir, tmp_path_factory.mktemp("tp2"), 2, ("q_a_proj@all", "o_proj@1"))
 
 
 @pytest.fixture(scope="module")
 def tp4(model_dir, tmp_path_factory):
-    return _captures(model_dir, tmp_path_factory.mktemp("tp4"), 4, "kv_b_proj@2")
+    return _captures(model_dir, tmp_path_factory.mktemp("tp4"), 4, ("kv_b_proj@2",))
 
 
-def planted(captures):
-    if "planted" not in captures:
+def planted(captures, spec: str):
+    if spec not in captures:
         pytest.skip("amd-aiter's shuffle_weight is not usable here: no planted capture")
-    return captures["planted"]
+    return captures[spec]
 
 
 @pytest.mark.parametrize("layer", LAYERS)
@@ -100,7 +103,7 @@ def test_clean_tp2_and_tp4_show_their_inherited_input_and_no_divergence(tp2, tp4
 
 @pytest.mark.parametrize("layer", LAYERS)
 def test_a_defect_on_one_rank_is_that_ranks_story(tp2, tp4, layer, tmp_path):
-    clean, bad = tp2["clean"][layer], planted(tp4)[layer]
+    clean, bad = tp2["clean"][layer], planted(tp4, "kv_b_proj@2")[layer]
     diff = md.diff_captures(clean, bad)
     # No checkpoint: the clean side's bytes are the plain ones (the planted ones are a shuffle of them).
     assert diff.truth.source is TruthSource.SIDE_A
@@ -125,8 +128,22 @@ def test_a_defect_on_one_rank_is_that_ranks_story(tp2, tp4, layer, tmp_path):
     assert CaptureExplanation.load(explanation.to_json(tmp_path / "explanation.json")) == explanation
 
 
+def test_a_defect_on_one_rank_of_an_output_the_module_all_reduced_is_that_ranks_story(tp2, tp4):
+    """transformers' RowwiseParallel sums o_proj's ranks inside the module: every rank holds the sum, and
+    the ranks are told apart by hypotheses on it (one rank shuffled, the others correct)."""
+    clean, bad = tp4["clean"][LAYER], planted(tp2, "o_proj@1")[LAYER]
+    checkpoint = clean.checkpoint()
+    diff = md.diff_captures(clean, bad, checkpoint)
+    assert diff.first_divergent.step == "o_proj"
+    assert [(name, r.side, r.rank) for name, r in diff.suspects] == [("o_proj.weight", "b", 1)]
+    found = md.explain_capture(bad, checkpoint, diff=diff, truth=Truth(TruthSource.OTHER_CAPTURE)).of("o_proj")
+    assert found.outcome is Outcome.EXPLAINED
+    assert found.story == (StoryKind.WEIGHT_RELAID_READ_PLAIN,) and found.story_ranks == (1,)
+    assert found.best.on_ranks == (1,) and found.best.rel_err < 1e-2 < found.correct.rel_err
+
+
 def test_without_a_checkpoint_the_truth_is_named_and_what_depends_on_it_refused(tp2, tp4):
-    bad, clean = planted(tp4)[LAYER], tp2["clean"][LAYER]
+    bad, clean = planted(tp4, "kv_b_proj@2")[LAYER], tp2["clean"][LAYER]
     alone = md.explain_capture(bad)
     # Its own shuffled bytes are all it has to judge by: the defect cannot show, and the result says so.
     assert alone.truth.source is TruthSource.CAPTURE and alone.truth.assumed
@@ -137,7 +154,7 @@ def test_without_a_checkpoint_the_truth_is_named_and_what_depends_on_it_refused(
     with pytest.raises(ValueError, match="side a's weights"):
         md.explain_capture(bad, diff=md.diff_captures(clean, bad))
     # Two captures each with a defect of its own: nothing decides which weights are right.
-    both = md.diff_captures(planted(tp2)[LAYER], bad)
+    both = md.diff_captures(planted(tp2, "q_a_proj@all")[LAYER], bad)
     assert both.truth.source is TruthSource.UNDECIDED
     assert set(both.truth.disputed) == {"q_a_proj.weight", "kv_b_proj.weight"}
     with pytest.raises(ValueError, match="q_a_proj.weight"):
@@ -153,7 +170,7 @@ def _by_capture(diff, a: str, b: str):
 
 
 def test_argument_order_gives_the_same_forensics_and_blames_the_planted_side(tp2, tp4):
-    bad, good = planted(tp2)[LAYER], tp4["clean"][LAYER]
+    bad, good = planted(tp2, "q_a_proj@all")[LAYER], tp4["clean"][LAYER]
     bad_first, good_first = md.diff_captures(bad, good), md.diff_captures(good, bad)
     assert _by_capture(bad_first, "bad", "good") == _by_capture(good_first, "good", "bad")
     assert (bad_first.truth.source, good_first.truth.source) == (TruthSource.SIDE_B, TruthSource.SIDE_A)

@@ -2,12 +2,13 @@
 with transformers' tensor parallelism and capture one layer on every rank.
 
     torchrun --standalone --nproc_per_node N tp_capture_run.py MODEL_DIR OUT all|kept [--layers 1,3]
-        [--plant MODULE@RANKS PLANTED_OUT]
+        [--plant MODULE@RANKS PLANTED_OUT]...
 
-With several --layers each is captured into OUT/layer<L>. --plant then shuffles MODULE's weight shard
-(aiter's (16, 16) shuffle_weight, what a preshuffling kernel does at load) on RANKS ("all" or "2" or
-"0,1") after the clean capture - transformers' linear keeps reading it as a plain matrix - and captures
-the same layers again into PLANTED_OUT: a load-time defect on chosen ranks only.
+With several --layers each is captured into OUT/layer<L>. Each --plant then shuffles MODULE's weight
+shard (aiter's (16, 16) shuffle_weight, what a preshuffling kernel does at load) on RANKS ("all" or "2"
+or "0,1") after the clean capture - transformers' linear keeps reading it as a plain matrix - captures
+the same layers again into PLANTED_OUT, and puts the shard back: a load-time defect on chosen ranks only,
+one per folder.
 
 DeepSeek-V3's own base_model_tp_plan shards only the MLP; the attention rules added here are the ones
 transformers ships for DeepSeek-V3.2 (models/deepseek_v32/configuration_deepseek_v32.py), whose
@@ -48,20 +49,24 @@ def capture_layers(model, out: str, layers: list[int], tokens) -> None:
             model(input_ids())
 
 
-def plant(model, layers: list[int], spec: str) -> None:
-    """Shuffle MODULE's local weight shard on the ranks of `spec` (MODULE@RANKS), in every layer given."""
+def plant(model, layers: list[int], spec: str) -> list:
+    """Shuffle MODULE's local weight shard on the ranks of `spec` (MODULE@RANKS), in every layer given;
+    returns (shard, its clean bytes) pairs to put back."""
     from mla_debug.real_aiter import functions
 
     module, ranks = spec.split("@")
     rank = torch.distributed.get_rank()
     if ranks != "all" and rank not in {int(r) for r in ranks.split(",")}:
-        return
+        return []
     shuffle = functions.shuffle_weight()
+    planted = []
     for layer in layers:
         weight = getattr(model.model.layers[layer].self_attn, module).weight
         local = weight.to_local() if hasattr(weight, "to_local") else weight
         with torch.no_grad():
+            planted.append((local, local.detach().clone()))
             local.copy_(shuffle(local.detach().clone()))
+    return planted
 
 
 def main() -> None:
@@ -70,7 +75,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("which", choices=("all", "kept"))
     parser.add_argument("--layers", default=str(LAYER))
-    parser.add_argument("--plant", nargs=2, metavar=("MODULE@RANKS", "PLANTED_OUT"), default=None)
+    parser.add_argument("--plant", nargs=2, action="append", metavar=("MODULE@RANKS", "PLANTED_OUT"), default=[])
     args = parser.parse_args()
     model = transformers.AutoModelForCausalLM.from_pretrained(
         args.model_dir,
@@ -81,10 +86,12 @@ def main() -> None:
     tokens = None if args.which == "all" else list(KEPT)
     layers = [int(layer) for layer in args.layers.split(",")]
     capture_layers(model, args.out, layers, tokens)
-    if args.plant is not None:
-        spec, planted = args.plant
-        plant(model, layers, spec)
-        capture_layers(model, planted, layers, tokens)
+    for spec, out in args.plant:
+        planted = plant(model, layers, spec)
+        capture_layers(model, out, layers, tokens)
+        with torch.no_grad():
+            for local, clean in planted:
+                local.copy_(clean)
 
 
 if __name__ == "__main__":
