@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels import get_kernel
-from ..layouts import ContractViolation, ScaleLayout, ViolationKind
+from ..layouts import ConsumerOrders, ContractViolation, ScaleLayout, ViolationKind
 from .attention_math import attend, causal_mask
 from .fused_producer import (
     UNFUSED,
@@ -130,11 +130,11 @@ class AttentionV4Rank(RankLayer):
                 ContractViolation(
                     kind=ViolationKind.CONSUMERS_DISAGREE,
                     consumer=" and ".join(CONSUMERS),
-                    tensor="q_norm output (the pre-quantized q-lora)",
-                    expected="one scale order for both consumers",
-                    found=wanted,
+                    module="q_norm",
+                    operand="output",
+                    expected=None,
+                    found=ConsumerOrders(tuple(wants.items())),
                     effective=True,
-                    message=f"q_norm: the fused producer writes {written.name} for two consumers that disagree ({wanted})",
                 ),
             )
         return ProducerPlan(True, written, (), violations)

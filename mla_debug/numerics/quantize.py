@@ -253,7 +253,16 @@ def block_dequantize(q: torch.Tensor, scale: torch.Tensor, block: tuple[int, int
     nb, kb = -(-n // bn), -(-k // bk)
     if tuple(scale.shape) != (nb, kb):
         raise ValueError(f"weight scale: {describe(scale)} does not match weight {describe(q)} in {block} blocks")
-    values = fmt.decode(q)
+    return scale_blocks_(fmt.decode(q), scale, block)
+
+
+def scale_blocks_(values: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] = (128, 128)) -> torch.Tensor:
+    """Multiply fp32 (N, K) `values` in place by their (ceil(N/bn), ceil(K/bk)) block scale; returns them.
+    `block_dequantize` is `scale_blocks_(decode(q), scale)`; a reader that keeps the decoded fp8 values
+    (exact in bf16) scales a fp32 copy of them the same way, to the same bits."""
+    n, k = values.shape
+    bn, bk = block
+    kb = -(-k // bk)
     if k % bk == 0:
         # Broadcast over whole row blocks, then the partial last block (e.g. 2112 = 16.5 x 128 rows),
         # so no (N, K) expanded scale is ever materialized.

@@ -20,7 +20,7 @@ from enum import Enum
 from ..kernels import KERNELS, KernelChoice, kernel_class, kernel_names
 from ..kernels.base import vllm_class_of
 from ..kernels.choice import DENSE
-from ..layouts import ContractViolation, ViolationKind
+from ..layouts import ConsumerOrders, ContractViolation, ScaleLayout, ViolationKind, WeightLayout
 from ..scenarios import Scenario, SettingKind
 
 KERNEL_TO_REFERENCE = "kernel-to-reference"
@@ -319,16 +319,18 @@ def _kernel_disables(scenario: Scenario, kernels: dict[str, KernelChoice]) -> li
 
 def cause(violation: ContractViolation) -> str:
     """What went wrong, in words, from a broken contract."""
-    if violation.kind is ViolationKind.RELAID_WEIGHT_DIRECT_READ:
-        shufflers = violation.found.split(" by ")[-1] if " by " in violation.found else "a kernel"
-        return f"{shufflers.split('.')[0]} re-laid out the weight that {violation.consumer} reads directly"
-    if violation.kind is ViolationKind.SCALE_ORDER:
-        return f"{violation.consumer} reads {violation.expected} activation-scale bytes written {violation.found}"
-    if violation.kind is ViolationKind.DOUBLE_SHUFFLE:
-        return f"the weight was shuffled more than once ({violation.found}) and {violation.consumer} un-shuffles once"
-    if violation.kind is ViolationKind.CONSUMERS_DISAGREE:
-        return f"one pre-quantized q-lora feeds consumers that disagree on its scale order ({violation.found})"
-    return violation.message
+    found, expected = violation.found, violation.expected
+    if violation.kind is ViolationKind.RELAID_WEIGHT_DIRECT_READ and isinstance(found, WeightLayout):
+        shuffler = found.shufflers[-1].split(".")[0] if found.shufflers else "a kernel"
+        return f"{shuffler} re-laid out the weight that {violation.consumer} reads directly"
+    if violation.kind is ViolationKind.SCALE_ORDER and isinstance(found, ScaleLayout):
+        return f"{violation.consumer} reads {expected.name} activation-scale bytes written {found.name}"
+    if violation.kind is ViolationKind.DOUBLE_SHUFFLE and isinstance(found, WeightLayout):
+        return f"the weight was shuffled more than once ({found.describe()}) and {violation.consumer} un-shuffles once"
+    if violation.kind is ViolationKind.CONSUMERS_DISAGREE and isinstance(found, ConsumerOrders):
+        wanted = ", ".join(f"{name} reads {layout.name}" for name, layout in found.orders)
+        return f"one pre-quantized q-lora feeds consumers that disagree on its scale order ({wanted})"
+    return str(violation)
 
 
 def causes(violations: list[ContractViolation]) -> str:
