@@ -19,6 +19,12 @@ an engine computes inside a fused op). On leaving without an error, the rank's f
 Activations are stored as (rows, features): the rows of the op's flattened leading dims (batch x
 sequence) that `tokens` selects, the features of the rank's shard; the op's own shape and strides go
 into the tensor's attrs. Weights, derived weights and activation scales are kept whole, byte for byte.
+
+The keys the kept rows attended to beyond themselves - the call's rows `tokens` left out, and the rows
+of the layer's earlier calls inside the block (a decode call's KV cache) - are kept as the layer-input
+rows ``context.input`` with their positions (capture.context); the manifest says the call's mode (from
+the positions when `mode` is not given) and every key position. To capture a decode call, enter the
+block before the prompt's call and pass `call`.
 """
 
 from __future__ import annotations
