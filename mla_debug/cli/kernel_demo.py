@@ -16,7 +16,6 @@ Every number is computed by running the emulated kernels; nothing is looked up.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 import torch
@@ -149,14 +148,3 @@ def run(args: argparse.Namespace | None = None) -> int:
     direct_read_story(policy)
     print(f"\ndone in {time.perf_counter() - start:.1f} s")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m mla_debug.cli.kernel_demo`: the same command as `mla-debug kernel-demo`."""
-    from .main import main as cli_main
-
-    return cli_main(["kernel-demo", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

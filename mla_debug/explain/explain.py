@@ -57,6 +57,7 @@ from .diff import (
     diff_captures,
     own_checkpoint,
 )
+from .format_stories import linear_format_candidates
 from .ranks import (
     CORRECT,
     Outcome,
@@ -526,13 +527,22 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
             key = (kinds, reading.weight_unshuffles, reading.weight_scale, reading.act_scale)
             keys[key] = (kinds, reading)
             outputs.setdefault(key, {})[rank.rank] = compute_reading(ops, reading, held)
+        if held.shuffles == 0:
+            # Scale representation stories (`explain.format_stories`) on the plain bytes.
+            intended = (
+                None if scale_full is None else _shard(scale_full, t.get(f"{module}.weight_scale_inv"), tp, rank.rank)
+            )
+            for kinds, y in linear_format_candidates(ops, intended):
+                key = (kinds, "format")
+                keys[key] = (kinds, Reading())
+                outputs.setdefault(key, {})[rank.rank] = y
     ranks = sorted(observed)
     if _reduced_in_module(capture, step, module):
         # The engine's module all-reduced its row-parallel output: every rank holds the sum of the ranks'
         # products, so hypotheses on that sum judge the ranks.
         hypotheses = reduced_hypotheses(outputs, ranks, observed[ranks[0]])
         verdicts = judge_reduced(hypotheses, ranks, tolerance)
-        errors = {h.key: {r: h.rel_err for r in (ranks if h.ranks is None else h.ranks)} for h in hypotheses if h.ranks is None}
+        errors = {h.key: {r: h.rel_err for r in ranks} for h in hypotheses if h.ranks is None}
         candidates = _rank_candidates(errors, keys, ranks) + _single_rank_candidates(hypotheses, keys, ranks)
         candidates = _renumbered(candidates)
     else:

@@ -27,6 +27,13 @@ class ViolationKind(str, Enum):
     RELAID_WEIGHT_DIRECT_READ = "direct-read-of-relaid-weight"
     WEIGHT_LAYOUT_MISMATCH = "weight-layout-mismatch"
     CONSUMERS_DISAGREE = "consumers-disagree"
+    # Scale representation (layouts.scale_format): what a reader takes the bytes of a scale for.
+    SCALE_CODES_AS_VALUES = "scale-codes-read-as-values"  # E8M0 codes used as numbers (120 for 2^-7)
+    PACKED_SCALES_AS_VALUES = "packed-scales-read-as-values"  # four ue8m0 codes per int32 read as fp32
+    SCALE_TRUNCATED = "scale-truncated-to-power-of-two"  # a non-power-of-two scale through an exponent-only packer
+    UE8M0_MANTISSA_LEAK = "ue8m0-packing-mantissa-leak"  # an unmasked packer ORs mantissa bits into other codes
+    # A grouped (batched) GEMM's per-(token, group) scales written in one flattening order, read in the other.
+    GROUPED_SCALE_ORDER = "grouped-scale-order"
 
     def __str__(self) -> str:
         return self.value

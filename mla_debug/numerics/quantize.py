@@ -4,7 +4,7 @@ These functions return plain tensors: fp8 values and the LOGICAL fp32 scale (one
 block). How the scale is laid out in memory for a kernel is a layout question, answered in
 ``mla_debug.layouts``.
 
-Recipe (SEMANTICS 2): ``amax = max(max|x|, floor)`` in fp32 (no floor where the flavor has none; NaN left
+Recipe (docs/semantics.md §3): ``amax = max(max|x|, floor)`` in fp32 (no floor where the flavor has none; NaN left
 out where the flavor's C++ reduction drops it), ``scale = amax / fmt_max`` (or ``amax * fp32(1/fmt_max)``,
 by the flavor's scale rule; an all-zero group's scale replaced where the flavor says so; with ue8m0 rounded
 up to a power of two by the flavor's rule), ``q = cast_rne(x * (1/scale))``, ``x / scale`` or

@@ -224,6 +224,11 @@ def test_violation_kind_values():
         "direct-read-of-relaid-weight",
         "weight-layout-mismatch",
         "consumers-disagree",
+        "scale-codes-read-as-values",
+        "packed-scales-read-as-values",
+        "scale-truncated-to-power-of-two",
+        "ue8m0-packing-mantissa-leak",
+        "grouped-scale-order",
     ]
 
 

@@ -4,7 +4,7 @@ at TP 1, 2 and 4, prefill and decode, at positions before and past yarn's origin
 fp32: weights imported unquantized from the module. The two differ only in fp32 summation order
 (different op decomposition), so the relative L2 error must be far below 1e-5. transformers hard-wires
 eps 1e-6 for the two latent norms; the config uses 1e-6 too, and it de-interleaves rotated pairs, which
-leaves q.k unchanged (SEMANTICS 7). DeepSeek-V3.2's attention runs its sparse indexer; with at most
+leaves q.k unchanged (docs/semantics.md §9). DeepSeek-V3.2's attention runs its sparse indexer; with at most
 index_topk tokens every query keeps every key it sees, so it equals dense MLA - and above that it does
 not, which the dense run here says with a warning.
 
