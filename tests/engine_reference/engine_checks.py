@@ -9,12 +9,15 @@ from engine_quantizers import EngineQuantizer
 import mla_debug as md
 
 
-def run_engine(quantizer: EngineQuantizer, x: torch.Tensor, dtype: torch.dtype, ue8m0: bool):
-    """(q, logical scale (M, G)) from the engine's own function. Triton kernels run under the CPU
-    interpreter with compiled Triton's rounding (tests/aiter_reference/interpreter_casts.py)."""
+def run_engine(
+    quantizer: EngineQuantizer, x: torch.Tensor, dtype: torch.dtype, ue8m0: bool, keep_layout: bool = False
+):
+    """(q, logical scale (M, G)) from the engine's own function - the scale as the engine laid it out with
+    `keep_layout`, else contiguous. Triton kernels run under the CPU interpreter with compiled Triton's
+    rounding (tests/aiter_reference/interpreter_casts.py)."""
     if quantizer.runs_on != "triton":
         q, scale = quantizer.run(x, dtype, ue8m0)
-        return q, scale.contiguous()
+        return q, scale if keep_layout else scale.contiguous()
     if torch.cuda.is_available():
         pytest.skip(
             "with a CUDA GPU Triton compiles the engines' kernels, whose fp32 `/` is approximate; the byte-exact "
@@ -29,7 +32,7 @@ def run_engine(quantizer: EngineQuantizer, x: torch.Tensor, dtype: torch.dtype, 
         pytest.skip(f"Triton's CPU interpreter is not usable in this process ({triton_env.interpreter_error()})")
     with compiled_semantics():
         q, scale = quantizer.run(x, dtype, ue8m0)
-    return q, scale.contiguous()
+    return q, scale if keep_layout else scale.contiguous()
 
 
 def ours(x: torch.Tensor, dtype: torch.dtype, flavor: str, ue8m0: bool) -> md.QuantizedActivation:
