@@ -23,7 +23,8 @@ REGISTRY = f"registered kernels: {', '.join(md.kernels.kernel_names())}"
 BEHAVIOUR_FIELDS = (
     "v4_fused_norm_quant, v4_fused_transpose_scale, v4_ask_consumers, v4_model_preshuffle, "
     "skip_model_shuffle_if_kernel_preshuffles, v4_norm_quant_backend, v4_wo_a_is_bmm, v3_fused_norm_quant, "
-    "v3_fused_transpose_scale, absorbed_weight_dtype, absorbed_bmm, absorbed_weights_derived, load_order, "
+    "v3_fused_transpose_scale, absorbed_weight_dtype, absorbed_bmm, absorbed_weights_via, absorbed_weights_derived, "
+    "load_order, "
     "honours_rope_interleave"
 )
 VALID_KEYS = (
@@ -277,7 +278,7 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
         (
             "behaviour",
             {"absorbed_weight_dtype": True},
-            "'behaviour.absorbed_weight_dtype' must be one of 'fp32', 'bf16', 'fp8-per-tensor', got True (bool)",
+            "'behaviour.absorbed_weight_dtype' must be one of 'fp32', 'bf16', 'fp8-per-tensor', 'fp8-per-tensor-from-bf16', got True (bool)",
         ),
         (
             "behaviour",
@@ -287,7 +288,7 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
         (
             "behaviour",
             {"absorbed_bmm": "fp8"},
-            "'behaviour.absorbed_bmm' must be one of 'dequantized', 'fp8-group-quant', got 'fp8' (str)",
+            "'behaviour.absorbed_bmm' must be one of 'dequantized', 'fp8-group-quant', 'fp8-group-quant-uk', got 'fp8' (str)",
         ),
         (
             "kernel_options",
