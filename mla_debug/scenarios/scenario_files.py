@@ -44,6 +44,7 @@ from typing import Any
 from ..kernels import TritonConfigTable, TunedTable
 from . import checks
 from .citations import parse_engine
+from .reachability import parse_reachability
 from .rules import check_conditions, parse_rules
 from .settings import parse_settings
 
@@ -62,9 +63,12 @@ KEYS: dict[str, str] = {
     "engine": "a mapping {name, version}: the serving engine release a profile models",
     "settings": "a mapping {NAME: declaration {kind, default, values, says, source}, or a value}",
     "rules": "a list of rules {id, says, when, then, source}",
+    "reachable": "a mapping {verdict, tp_dependent, says, evidence}: whether a hazard's release reaches it",
 }
 # Fields of a resolved scenario that a file never gives and a base never passes on.
 _RESOLVED_ONLY = ("resolution", "origin", "resolved_on")
+# Fields a file gives that a base does not pass on: a claim about the file itself.
+_OWN_ONLY = ("reachable",)
 
 
 # -- files -----------------------------------------------------------------------------------------
@@ -179,7 +183,7 @@ def parse_scenario(
     for f in fields(cls):
         if f.name == "name":
             continue
-        if base is not None and f.name not in _RESOLVED_ONLY:
+        if base is not None and f.name not in _RESOLVED_ONLY + _OWN_ONLY:
             out[f.name] = getattr(base, f.name)
         elif f.default is not MISSING:
             out[f.name] = f.default
@@ -230,6 +234,8 @@ def parse_scenario(
         out["fixed_by"] = fixed_by
     if "engine" in data:
         out["engine"] = parse_engine(where, data["engine"], out["engine"])
+    if "reachable" in data:
+        out["reachable"] = parse_reachability(where, data["reachable"])
     if "settings" in data:
         out["settings"], out["chosen"] = parse_settings(where, data["settings"], out["settings"], out["chosen"])
     else:
