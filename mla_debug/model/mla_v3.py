@@ -52,6 +52,15 @@ CONSUMERS = ("q_b_proj",)
 FUSION_PATTERN_EPSILONS = (1e-5, 1e-6)
 
 
+def _held(linear: QuantizedLinear) -> str:
+    """What the identity read multiplied: the checkpoint's weight, or the one the kernel re-quantized at load."""
+    weight = linear.block.weight
+    if weight is linear.loaded_weight:
+        return ""
+    powers_of_two = bool((torch.frexp(weight.scale)[0] == 0.5).all())
+    return ", of the weight its kernel re-quantized at load" + (" (ue8m0 block scales)" if powers_of_two else "")
+
+
 class MLAv3Rank(RankLayer):
     """One tensor-parallel rank of an MLA layer: heads [rank * Nh/t, (rank + 1) * Nh/t)."""
 
@@ -197,7 +206,9 @@ class MLAv3Rank(RankLayer):
                         "loaded; the two cannot hold together"
                     )
                 weight, call = identity_read(linear)
-                s["absorbed_kernel"] = f"bmm (W_UK/W_UV from kv_b_proj's kernel on an identity: {call.kernel})"
+                s["absorbed_kernel"] = (
+                    f"bmm (W_UK/W_UV from kv_b_proj's kernel on an identity: {call.kernel}{_held(linear)})"
+                )
                 s["absorbed_layout"] = call.weight_layout
                 s["direct_violations"] = list(call.violations)
             else:
