@@ -79,6 +79,30 @@ def is_scenario_file_name(text: str) -> bool:
     return str(text).lower().endswith(SUFFIXES)
 
 
+def _unique_key_loader():
+    """yaml's SafeLoader refusing a key given twice in one mapping: plain YAML keeps the last one silently,
+    so a rule with two ``source`` keys (or a setting declared twice) would lose one without a word."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} appears twice in one mapping (first at line {seen[key] + 1}); YAML would keep "
+                        "only the last",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def read_scenario_file(path: str | os.PathLike) -> Any:
     """The parsed content of a .yml/.yaml/.json scenario file (not yet validated)."""
     path = Path(path).expanduser()
@@ -98,8 +122,8 @@ def read_scenario_file(path: str | os.PathLike) -> Any:
         import yaml
 
         try:
-            # safe_load, never yaml.load: a full loader can construct arbitrary Python objects.
-            data = yaml.safe_load(text)
+            # A SafeLoader, never yaml.load's full loader (which can construct arbitrary Python objects).
+            data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as err:
             raise ValueError(f"scenario file {path} is not valid YAML ({err})") from None
     if data is None:

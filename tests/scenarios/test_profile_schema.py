@@ -175,3 +175,12 @@ def test_a_scalar_in_a_file_without_base_sets_nothing_undeclared():
     with pytest.raises(ValueError) as err:
         load({"name": "x", "settings": {"USE_AITER": "1"}})
     assert "settings: USE_AITER is not a declared setting; declared: (none: declare it as a mapping" in str(err.value)
+
+
+def test_a_key_given_twice_in_a_file_is_refused(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text(
+        "name: twice\nbase: vllm-0.33\nsettings: {VLLM_ROCM_USE_AITER: '1'}\nsettings: {VLLM_USE_DEEP_GEMM: '0'}\n"
+    )
+    with pytest.raises(ValueError, match=r"twice.yaml is not valid YAML .*key 'settings' appears twice in one mapping"):
+        md.Scenario.from_file(path)
