@@ -80,7 +80,10 @@ def test_on_cpu_tensors_under_the_interpreter_aiters_gemm_consumes_the_misread_s
 @pytest.mark.gpu
 def test_on_a_gpu_deepseek_v3s_first_gemm_is_aiters_and_reads_the_misread_scale(launches):
     require_aiter()
-    result = md.triage("deepseek-v3", "mi355x", through_aiter(), tp_sizes=(1, 8), tokens=8, progress=False)
+    # an AMD platform triages on the CPU by default: the GPU is asked for, to run aiter's compiled kernel
+    result = md.triage(
+        "deepseek-v3", "mi355x", through_aiter(), tp_sizes=(1, 8), tokens=8, device="cuda", progress=False
+    )
     assert result.device == "cuda"
     check(result, "fused_qkv_a", "fused_qkv_a_proj", 2112, 7168, launches, 8)
 
