@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (register the kernels)
     cublas,
     deepgemm,
     flashinfer_deepgemm,
+    miscompiled,
     reference,
     sglang_triton,
     triton_kernels,
