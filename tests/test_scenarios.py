@@ -29,7 +29,7 @@ BEHAVIOUR_FIELDS = (
 )
 VALID_KEYS = (
     "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned, "
-    "triton_configs, upstream, fixed_by, engine, settings, rules"
+    "triton_configs, upstream, fixed_by, engine, settings, rules, reachable"
 )
 NAMED = f"{', '.join(BUILTIN)} (built-in), {', '.join(md.scenarios.profile_names())} (engine profiles in data/engines/)"
 
@@ -105,6 +105,12 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
         upstream="vLLM PR #51692 plus a local patch",
         fixed_by="vllm-pr56433",
         engine=md.scenarios.Engine("vLLM", "0.33.0+local"),
+        reachable=md.scenarios.Reachability(
+            md.scenarios.Reach.LATENT,
+            True,
+            "once X is tuned",
+            (md.scenarios.Evidence("it reads X", md.scenarios.Source("vllm", "0.33.0", "vllm/envs.py", "X", "1-2")),),
+        ),
         settings={"USE_X": md.scenarios.Setting("USE_X", md.scenarios.SettingKind.ENV, "0", ("0", "1"), "x", SOURCE)},
         chosen={"USE_X": "1"},
         rules=(

@@ -18,9 +18,9 @@ What it models, read from SGLang 0.5.23 ``srt/layers/quantization/fp8_utils.py``
   ``SGLANG_USE_AITER``).
 
 ``gemm``: what multiplies behind the view - ``"emulation"`` (default, `block_gemm`, runs anywhere) or
-``"aiter-triton"``: aiter's own Triton ``gemm_a8w8_blockscale`` (amd-aiter 0.1.7.post2.dev18, `gpu.aiter_triton`,
-with aiter's configs for gfx950), handed SGLang's ``as_strided`` view exactly as SGLang hands it, so the real
-kernel is the consumer of whatever the view reads; compiled on a CUDA GPU, interpreted on CPU tensors under
+``"aiter-triton"``: aiter's own Triton ``gemm_a8w8_blockscale`` (amd-aiter 0.1.7.post2.dev18, launched through
+`kernels.aiter_triton`, with aiter's configs for gfx950), handed SGLang's ``as_strided`` view exactly as
+SGLang hands it, so the real kernel is the consumer of whatever the view reads; compiled on a CUDA GPU, interpreted on CPU tensors under
 ``TRITON_INTERPRET=1`` (tiny shapes), unavailable elsewhere (the policy then says why and skips it).
 
 ``input_scale_layout`` is the presentation the producer feeding this consumer writes - its own input quant
@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..gpu import aiter_triton
 from ..implementations import Check
 from ..layouts import QuantizedActivation, ScaleLayout, relay_column_major, values_relaid
 from ..numerics import Fp8Format
+from .aiter_triton import gemm_unavailable, launch_gemm
 from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import Accumulation, block_scaled_mm, check_accumulation
 from .engine_rules import SGLANG, sglang_triton_check
@@ -97,7 +97,7 @@ class SglangTritonBlockscaleKernel(Kernel):
         probe = (
             torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
         )
-        why = aiter_triton.unavailable_reason(probe)
+        why = gemm_unavailable(probe)
         if why is not None:
             return Check(False, f"gemm='aiter-triton' runs aiter's own Triton GEMM, which cannot run here: {why}")
         return Check(True, f"aiter's Triton gemm_a8w8_blockscale behind SGLang's view, on {probe.type} tensors")
@@ -138,6 +138,6 @@ class SglangTritonBlockscaleKernel(Kernel):
                 )
             # SGLang hands aiter's GEMM its view of the scale; the GEMM reads the view by its strides.
             scale = relay_column_major(qa.scale, name) if self.relayout else qa.scale
-            return aiter_triton.gemm_a8w8_blockscale(qa.data, weight.data, scale, weight.scale, AITER_ARCH)
+            return launch_gemm(qa.data, weight.data, scale, weight.scale, AITER_ARCH)
         scale = values_relaid(qa.scale, name) if self.relayout else values_read_by_strides(qa.scale)
         return block_scaled_mm(qa.fmt.decode(qa.data), scale, linear, None, self.accumulation)
