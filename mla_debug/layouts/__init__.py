@@ -1,4 +1,4 @@
-"""Scale presentations (and the engines' re-layouts of them), weight shuffles, layout histories, layout
+"""Scale presentations (and the engines' re-layouts of them), weight shuffles, VNNI packing, layout histories, layout
 contracts and forensics."""
 
 from .contracts import ContractViolation, ViolationKind, scale_order_violation, weight_read_violation
@@ -35,6 +35,7 @@ from .tma_scales import (
     unpack_ue8m0,
 )
 from .weight_layout import WeightLayout, WeightTransform
+from .vnni import can_vnni_pack, vnni_pack, vnni_unpack
 from .weight_shuffle import LAYOUTS, is_involution, pad_k, shuffle_period, shuffle_weight, unshuffle_weight
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "WeightLayout",
     "WeightLayoutMatch",
     "WeightTransform",
+    "can_vnni_pack",
     "compare_tensor",
     "compare_tensors",
     "convert_scale",
@@ -79,5 +81,7 @@ __all__ = [
     "unpack_ue8m0",
     "unshuffle_weight",
     "values_relaid",
+    "vnni_pack",
+    "vnni_unpack",
     "weight_read_violation",
 ]
