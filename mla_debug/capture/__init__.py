@@ -29,6 +29,8 @@ from .types import (
     RankDisagreement,
     Shard,
     TensorRole,
+    Unrecorded,
+    UnrecordedReason,
 )
 
 __all__ = [
@@ -50,6 +52,8 @@ __all__ = [
     "RankDisagreement",
     "Shard",
     "TensorRole",
+    "Unrecorded",
+    "UnrecordedReason",
     "builtin_maps",
     "capture",
     "capture_call",

@@ -39,8 +39,18 @@ from .names import LINEAR_TENSORS, NameMap, resolve_map
 from .names import builtin_maps as _builtin_maps
 from .store import rank_folder_name, write_rank
 from .tensor_bytes import exact_copy
-from .tensor_facts import flags, installed_versions, local_tensor, module_facts
-from .types import AttrValue, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
+from .tensor_facts import flags, installed_versions, local_tensor, module_facts, running_version
+from .types import (
+    AttrValue,
+    CapturedTensor,
+    CaptureManifest,
+    EngineInfo,
+    RankCapture,
+    Shard,
+    TensorRole,
+    Unrecorded,
+    UnrecordedReason,
+)
 
 # Activation scales are one value per group of this many features (SEMANTICS 2).
 GROUP_SIZE = 128
@@ -197,6 +207,8 @@ class LayerCapture:
         self.close_after = close_after
         self.reduced = self.name_map.row_output_reduced if row_output_reduced is None else row_output_reduced
         self.tensors: dict[str, CapturedTensor] = {}
+        self.unrecorded: list[Unrecorded] = []
+        self.backend = self._backend_name()
         self.path: Path | None = None
         self._handles: list[Any] = []
         self._calls = 0
@@ -204,6 +216,26 @@ class LayerCapture:
         self._rows: int | None = None
         self._positions: list[int] | None = None
         self._open = False
+
+    def _backend_name(self) -> str | None:
+        """The engine's attention backend where the map says where to ask (vLLM: get_name())."""
+        if not self.name_map.backend_path:
+            return None
+        backend = _resolve(self.attention, self.name_map.backend_path)
+        get_name = getattr(backend, "get_name", None)
+        try:
+            return str(get_name()) if callable(get_name) else None
+        except Exception:  # noqa: BLE001 - a backend that cannot name itself is simply not named
+            return None
+
+    def _released(self, name: str, what: str) -> None:
+        """A mapped tensor the engine freed after loading: said in the manifest, not recorded."""
+        backend = f"under the {self.backend} attention backend, " if self.backend else ""
+        detail = f"{what}: {backend}the engine released it after loading"
+        keeps = [d.canonical for d in self.name_map.derived if _resolve(self.attention, d.path) is not None]
+        if keeps and name.startswith("kv_b_proj."):
+            detail += f" and keeps only what it derived from it ({', '.join(dict.fromkeys(keeps))})"
+        self.unrecorded.append(Unrecorded(name, UnrecordedReason.RELEASED, detail))
 
     # -- entering: weights now, hooks for the forward ---------------------------------------------
     def __enter__(self) -> LayerCapture:
@@ -243,6 +275,9 @@ class LayerCapture:
                 if value is None:
                     continue
                 name = f"{entry.canonical}.{suffix}"
+                if value.numel() == 0:
+                    self._released(name, f"{self._source(f'{entry.path}.{attr}')} is an empty {tuple(value.shape)} tensor")
+                    continue
                 role = _role_of(name)
                 if role is TensorRole.INPUT_SCALE:
                     shard, dim, step = Shard.REPLICATED if value.numel() == 1 else Shard.PER_RANK, None, info.step
@@ -268,6 +303,8 @@ class LayerCapture:
             attrs["engine_attr"] = entry.path.rsplit(".", 1)[-1]
             if entry.axes:
                 attrs["axes"] = entry.axes
+            if entry.layout:
+                attrs["layout"] = entry.layout
             self._keep(
                 entry.canonical, TensorRole.DERIVED_WEIGHT, value, None, self._source(entry.path), attrs, shard, dim
             )
@@ -488,6 +525,8 @@ class LayerCapture:
             mode=self.mode,
             versions=versions,
             note=self.note,
+            attention_backend=self.backend,
+            unrecorded=tuple(self.unrecorded),
         )
 
     def _positions_for(self, tokens: list[int]) -> list[int]:
@@ -513,6 +552,9 @@ class LayerCapture:
         if isinstance(self.engine, EngineInfo):
             return self.engine
         name = self.engine or self.name_map.engine
+        running = running_version(name)
+        if running is not None:
+            return EngineInfo(name, running)
         return EngineInfo(name, versions.get(name, self.name_map.version if name == self.name_map.engine else None))
 
 

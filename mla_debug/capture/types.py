@@ -124,6 +124,33 @@ class EngineInfo:
     version: str | None = None
 
 
+class UnrecordedReason(str, Enum):
+    """Why a tensor the name map points at is not in the capture."""
+
+    RELEASED = "released"  # the engine freed it after loading (an empty tensor stands in its place)
+
+
+@dataclass(frozen=True)
+class Unrecorded:
+    """A mapped tensor the capture could not hold, why, and what the engine keeps instead (`detail`
+    names the engine's attention backend where that decides it)."""
+
+    name: str
+    reason: UnrecordedReason
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, UnrecordedReason):
+            object.__setattr__(self, "reason", UnrecordedReason(self.reason))
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "reason": self.reason.value, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Unrecorded:
+        return cls(str(data["name"]), UnrecordedReason(data["reason"]), str(data.get("detail", "")))
+
+
 @dataclass(frozen=True)
 class CaptureManifest:
     """What every rank of one capture shares.
@@ -131,7 +158,9 @@ class CaptureManifest:
     `tokens` are the rows of the forward's flattened (batch * sequence) activations that were kept, in
     order; `positions` their rotary positions. `mode` is "prefill" or "decode" when known. `versions`
     names the libraries that were importable when capturing (torch, transformers, vllm, sglang, aiter,
-    mla_debug), each with its version.
+    mla_debug), each with its version. `attention_backend` is the engine's attention backend where it
+    has a choice (vLLM's CPU build: "AMX_MLA" or "CPU_MLA"); `unrecorded` the mapped tensors the engine
+    did not leave to record (`Unrecorded`).
     """
 
     engine: EngineInfo
@@ -145,8 +174,11 @@ class CaptureManifest:
     versions: dict[str, str] = field(default_factory=dict)
     note: str = ""
     format_version: int = FORMAT_VERSION
+    attention_backend: str | None = None
+    unrecorded: tuple[Unrecorded, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "unrecorded", tuple(self.unrecorded))
         object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
         object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
         if len(self.positions) != len(self.tokens):
