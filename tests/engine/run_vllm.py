@@ -1,0 +1,161 @@
+"""Run vLLM's CPU build on a local model and capture layers with the documented recipe (engine tier).
+
+Runs in the engine's own environment (.venv-vllm), started by tests/engine/conftest.py:
+
+    .venv-vllm/bin/python tests/engine/run_vllm.py --model DIR --tp 2 --backend AMX_MLA --out DIR \
+        --layers 1 2 3 [--plant kv-b-guard:2,o-proj-plain-read:3] [--op-checks FILE]
+
+Writes OUT/layer<L>/rank<r>-of-<T>/ per layer (md.capture's format) and OUT/run.json (what ran, how
+long, the greedy tokens). Everything the engine writes besides goes under OUT/tmp (TMPDIR, caches), and
+the shared-memory segments of the engine's CPU communicator are removed when it has stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+PROMPT = [3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 32]  # token ids: the model has no tokenizer
+RECIPE = "mla_debug.capture.engines.VllmCaptureExtension"
+
+
+def engine_environment(out: Path, tp: int, plant: str) -> None:
+    """What vLLM's CPU build needs here, set before vLLM is imported (its workers inherit it)."""
+    tmp = out / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    os.environ.update(
+        HF_HUB_OFFLINE="1",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_CPU_OMP_THREADS_BIND="0-1" if tp == 1 else "|".join(str(r) for r in range(tp)),
+        TMPDIR=str(tmp),
+        VLLM_CACHE_ROOT=str(tmp / "vllm-cache"),
+        XDG_CACHE_HOME=str(tmp / "cache"),
+        HF_HOME=str(tmp / "hf"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"),
+        VLLM_NO_USAGE_STATS="1",
+        VLLM_DO_NOT_TRACK="1",
+    )
+    if plant:
+        os.environ["MLA_DEBUG_PLANT"] = plant
+
+
+def op_checks(path: Path) -> None:
+    """The released ops' answers on seeded inputs, for the main environment to compare with mla_debug's
+    emulations: convert_weight_packed (byte for byte) and fp8_scaled_mm_cpu (its FP8 decode, its sums)."""
+    import torch
+    from safetensors.torch import save_file
+    from vllm.platforms import current_platform
+
+    current_platform.import_kernels()
+    gen = torch.Generator().manual_seed(0)
+    found = {}
+    shapes = [(32, 32), (48, 64), (16, 160), (96, 128), (3, 64, 64), (2, 512, 128)]
+    for i, shape in enumerate(shapes):
+        for dtype in (torch.float8_e4m3fn, torch.bfloat16):
+            size = torch.empty((), dtype=dtype).element_size()
+            raw = torch.randint(0, 256, (*shape[:-1], shape[-1] * size), dtype=torch.uint8, generator=gen)
+            w = raw.view(dtype)
+            tag = f"pack.{i}.{str(dtype).removeprefix('torch.')}"
+            found[f"{tag}.in"] = w.contiguous()
+            found[f"{tag}.out"] = torch.ops._C.convert_weight_packed(w).contiguous()
+    # Every e4m3 code through the W8A16 GEMM: x = identity picks each weight; scale 1.
+    codes = torch.arange(256, dtype=torch.int64).repeat(16).to(torch.uint8).view(32, 128).view(torch.float8_e4m3fn)
+    eye = torch.eye(128, dtype=torch.bfloat16)
+    found["decode.codes"] = codes.contiguous()
+    found["decode.out"] = torch.ops._C.fp8_scaled_mm_cpu(
+        eye, torch.ops._C.convert_weight_packed(codes), torch.ones(1, 1), [128, 128], None, torch.bfloat16, True
+    ).contiguous()
+    # A block-scaled GEMM at two M (the kernel's small-M path and its brgemm path).
+    w = (torch.randn(256, 512, generator=gen) * 0.05).to(torch.float8_e4m3fn)
+    scale = torch.rand(2, 4, generator=gen) + 0.5
+    found["mm.weight"], found["mm.scale"] = w, scale
+    for m in (4, 64):
+        x = torch.randn(m, 512, generator=gen).to(torch.bfloat16)
+        found[f"mm.x{m}"] = x
+        found[f"mm.out{m}"] = torch.ops._C.fp8_scaled_mm_cpu(
+            x, torch.ops._C.convert_weight_packed(w), scale, [128, 128], None, torch.bfloat16, True
+        ).contiguous()
+    save_file(found, str(path))
+
+
+def remove_shared_memory(tmp: Path) -> list[str]:
+    """The CPU communicator's /dev/shm segments of this run: named after the distributed init file the
+    engine made in our TMPDIR (vllm-cpu 0.32.0, utils/network_utils.py:154, v1/worker/cpu_worker.py:148,
+    distributed/device_communicators/cpu_communicator.py:238-244)."""
+    removed = []
+    for init in tmp.glob("vllm_dist_*"):
+        for segment in Path("/dev/shm").glob(f"{init.name}*"):
+            segment.unlink(missing_ok=True)
+            removed.append(segment.name)
+        init.unlink(missing_ok=True)
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--tp", type=int, required=True)
+    parser.add_argument("--backend", choices=("AMX_MLA", "CPU_MLA"), required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--layers", type=int, nargs="+", required=True)
+    parser.add_argument("--plant", default="")
+    parser.add_argument("--op-checks", type=Path)
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    engine_environment(out, args.tp, args.plant)
+    if args.op_checks:
+        op_checks(args.op_checks)
+
+    from vllm import LLM, SamplingParams
+
+    started = time.perf_counter()
+    llm = LLM(
+        str(args.model.resolve()),
+        tensor_parallel_size=args.tp,
+        enforce_eager=True,
+        skip_tokenizer_init=True,
+        dtype="bfloat16",
+        max_model_len=128,
+        max_num_batched_tokens=128,
+        max_num_seqs=2,
+        seed=0,
+        attention_config={"backend": args.backend},
+        worker_extension_cls=RECIPE,
+    )
+    loaded = time.perf_counter()
+    for layer in args.layers:
+        llm.collective_rpc(
+            "mla_debug_start_capture", kwargs={"out": str(out / f"layer{layer}"), "layer": layer, "mode": "prefill"}
+        )
+    result = llm.generate([{"prompt_token_ids": PROMPT}], SamplingParams(max_tokens=1, temperature=0.0))
+    folders = llm.collective_rpc("mla_debug_finish_capture")
+    generated = time.perf_counter()
+    import vllm
+
+    record = {
+        "vllm": vllm.__version__,
+        "tp": args.tp,
+        "backend": args.backend,
+        "plant": args.plant,
+        "layers": args.layers,
+        "prompt": PROMPT,
+        "tokens": list(result[0].outputs[0].token_ids),
+        "folders": folders,
+        "start_s": round(loaded - started, 2),
+        "generate_and_capture_s": round(generated - loaded, 2),
+    }
+    del llm
+    gc.collect()
+    record["removed_shared_memory"] = remove_shared_memory(out / "tmp")
+    (out / "run.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
