@@ -130,6 +130,15 @@ class VllmCaptureExtension:
     def mla_debug_finish_capture(self, out: str | None = None) -> list[str]:
         return vllm_finish_capture(self, out)
 
+    def mla_debug_shared_memory_prefix(self) -> str | None:
+        """The name prefix of the /dev/shm segments vLLM's CPU build made for this engine's TP group
+        (``VLLM_DIST_IDENT``, set by v1/worker/cpu_worker.py; the segments are
+        ``<prefix>-<group>-cpushm*``, distributed/device_communicators/cpu_communicator.py, and are still
+        there after the engine stops: remove them then). None on other platforms."""
+        import os
+
+        return os.environ.get("VLLM_DIST_IDENT")
+
 
 def sglang_forward_hooks(out: str, layer: int, config: str | dict, **options: Any) -> list[dict[str, Any]]:
     """The ``forward_hooks`` server argument that captures `layer` on every rank. `config` is the model's

@@ -13,6 +13,7 @@ from .forensics import (
     compare_tensors,
     identify_scale_layout,
     identify_weight_layout,
+    is_vnni_packing,
     shuffle_fit,
 )
 from .quantized import QuantizedActivation, QuantizedWeight, quantize_blocks, quantize_groups
@@ -34,8 +35,8 @@ from .tma_scales import (
     tma_aligned_size,
     unpack_ue8m0,
 )
-from .weight_layout import WeightLayout, WeightTransform
 from .vnni import can_vnni_pack, vnni_pack, vnni_unpack
+from .weight_layout import WeightLayout, WeightTransform
 from .weight_shuffle import LAYOUTS, is_involution, pad_k, shuffle_period, shuffle_weight, unshuffle_weight
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "identify_weight_layout",
     "is_involution",
     "is_tma_aligned_column_major",
+    "is_vnni_packing",
     "pack_ue8m0",
     "pad_k",
     "present_scale",

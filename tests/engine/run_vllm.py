@@ -6,7 +6,7 @@ Runs in the engine's own environment (.venv-vllm), started by tests/engine/conft
         --layers 1 2 3 [--plant kv-b-guard:2,o-proj-plain-read:3] [--op-checks FILE]
 
 Writes OUT/layer<L>/rank<r>-of-<T>/ per layer (md.capture's format) and OUT/run.json (what ran, how
-long, the greedy tokens). Everything the engine writes besides goes under OUT/tmp (TMPDIR, caches), and
+long, the greedy tokens). The engine's caches go under OUT/cache, its temporary files to a new folder removed at the end, and
 the shared-memory segments of the engine's CPU communicator are removed when it has stopped.
 """
 
@@ -16,7 +16,9 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,24 +26,28 @@ PROMPT = [3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 32]  # token ids: the model has n
 RECIPE = "mla_debug.capture.engines.VllmCaptureExtension"
 
 
-def engine_environment(out: Path, tp: int, plant: str) -> None:
-    """What vLLM's CPU build needs here, set before vLLM is imported (its workers inherit it)."""
-    tmp = out / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
+def engine_environment(out: Path, tp: int, plant: str) -> Path:
+    """What vLLM's CPU build needs here, set before vLLM is imported (its workers inherit it). Its temporary
+    files go to a short new folder (its IPC sockets live there, and a socket path has at most 107
+    characters), removed at the end; its caches under OUT/cache."""
+    tmp = Path(tempfile.mkdtemp(prefix="mla-debug-vllm-"))
+    cache = out / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
     os.environ.update(
         HF_HUB_OFFLINE="1",
         VLLM_CPU_KVCACHE_SPACE="1",
         VLLM_CPU_OMP_THREADS_BIND="0-1" if tp == 1 else "|".join(str(r) for r in range(tp)),
         TMPDIR=str(tmp),
-        VLLM_CACHE_ROOT=str(tmp / "vllm-cache"),
-        XDG_CACHE_HOME=str(tmp / "cache"),
-        HF_HOME=str(tmp / "hf"),
-        TORCHINDUCTOR_CACHE_DIR=str(tmp / "inductor"),
+        VLLM_CACHE_ROOT=str(cache / "vllm"),
+        XDG_CACHE_HOME=str(cache),
+        HF_HOME=str(cache / "hf"),
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
         VLLM_NO_USAGE_STATS="1",
         VLLM_DO_NOT_TRACK="1",
     )
     if plant:
         os.environ["MLA_DEBUG_PLANT"] = plant
+    return tmp
 
 
 def op_checks(path: Path) -> None:
@@ -83,16 +89,15 @@ def op_checks(path: Path) -> None:
     save_file(found, str(path))
 
 
-def remove_shared_memory(tmp: Path) -> list[str]:
-    """The CPU communicator's /dev/shm segments of this run: named after the distributed init file the
-    engine made in our TMPDIR (vllm-cpu 0.32.0, utils/network_utils.py:154, v1/worker/cpu_worker.py:148,
+def remove_shared_memory(prefixes: set[str]) -> list[str]:
+    """The CPU communicator's /dev/shm segments of this engine, which outlive it: named after the
+    workers' VLLM_DIST_IDENT (vllm-cpu 0.32.0, v1/worker/cpu_worker.py:146-151,
     distributed/device_communicators/cpu_communicator.py:238-244)."""
     removed = []
-    for init in tmp.glob("vllm_dist_*"):
-        for segment in Path("/dev/shm").glob(f"{init.name}*"):
+    for prefix in sorted(p for p in prefixes if p and p.startswith("vllm_dist_")):
+        for segment in Path("/dev/shm").glob(f"{prefix}-*"):
             segment.unlink(missing_ok=True)
             removed.append(segment.name)
-        init.unlink(missing_ok=True)
     return removed
 
 
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--op-checks", type=Path)
     args = parser.parse_args(argv)
     out = args.out.resolve()
-    engine_environment(out, args.tp, args.plant)
+    tmp = engine_environment(out, args.tp, args.plant)
     if args.op_checks:
         op_checks(args.op_checks)
 
@@ -135,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     result = llm.generate([{"prompt_token_ids": PROMPT}], SamplingParams(max_tokens=1, temperature=0.0))
     folders = llm.collective_rpc("mla_debug_finish_capture")
     generated = time.perf_counter()
+    prefixes = set(llm.collective_rpc("mla_debug_shared_memory_prefix"))
     import vllm
 
     record = {
@@ -146,12 +152,17 @@ def main(argv: list[str] | None = None) -> int:
         "prompt": PROMPT,
         "tokens": list(result[0].outputs[0].token_ids),
         "folders": folders,
+        "shared_memory_prefixes": sorted(p for p in prefixes if p),
+        "tmpdir": str(tmp),
+        "amx_gate_opened": os.environ.get("MLA_DEBUG_AMX_GATE") == "1",
         "start_s": round(loaded - started, 2),
         "generate_and_capture_s": round(generated - loaded, 2),
     }
+    llm.llm_engine.engine_core.shutdown()
     del llm
     gc.collect()
-    record["removed_shared_memory"] = remove_shared_memory(out / "tmp")
+    record["removed_shared_memory"] = remove_shared_memory(prefixes)
+    shutil.rmtree(tmp, ignore_errors=True)
     (out / "run.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record))
     return 0

@@ -110,3 +110,17 @@ def test_other_dtypes_are_refused(dtype):
         vnni_pack(torch.zeros(32, 32, dtype=dtype), name="q_b_proj.weight")
     with pytest.raises(TypeError, match="expected a torch.Tensor"):
         vnni_pack([[0.0]])
+
+
+def test_forensics_recognise_a_vnni_packed_weight():
+    from mla_debug.layouts import VerdictKind, compare_tensor, is_vnni_packing
+    from mla_debug.viz.forensics import verdict_text
+
+    w = distinct_weight((64, 128), torch.float8_e4m3fn)
+    packed = vnni_pack(w)
+    assert is_vnni_packing(packed, w) and not is_vnni_packing(w, w) and not is_vnni_packing(w, packed)
+    verdict = compare_tensor("o_proj.weight", packed, w)
+    assert verdict.kind is VerdictKind.VNNI_PACKED and verdict.shuffles is None
+    assert "VNNI-packed" in verdict_text(verdict)
+    assert compare_tensor("o_proj.weight", w, w).kind is VerdictKind.PLAIN
+    assert compare_tensor("o_proj.weight", vnni_pack(packed), w).kind is VerdictKind.UNRELATED
