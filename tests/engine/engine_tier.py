@@ -20,8 +20,8 @@ TP_SIZES = (1, 2)
 CLEAN_LAYER, KV_B_GUARD_LAYER, O_PROJ_LAYER = 1, 2, 3
 PLANT = f"kv-b-guard:{KV_B_GUARD_LAYER},o-proj-plain-read:{O_PROJ_LAYER}"
 LAYERS = (CLEAN_LAYER, KV_B_GUARD_LAYER, O_PROJ_LAYER)
-# Launches run two at a time: engine start-up is mostly single-threaded Python, so two overlap on 2 cores.
-CONCURRENT = int(os.environ.get("MLA_DEBUG_ENGINE_CONCURRENT", "2"))
+# Launches run two at a time (a TP2 beside a TP1): engine start-up is mostly single-threaded Python.
+CONCURRENT = 1 if os.environ.get("MLA_DEBUG_ENGINE_SERIAL") == "1" else 2
 LAUNCH_TIMEOUT_S = 900
 
 
@@ -96,24 +96,26 @@ def run_all(mode: str, root: Path) -> dict:
     if not model.exists():
         subprocess.run([str(ENGINE_PY), str(MODEL_SCRIPT), "--out", str(model)], cwd=ROOT, env=engine_env(mode),
                        check=True, capture_output=True)
-    plan = [(tp, backend) for tp in TP_SIZES for backend in BACKENDS]
-    order = sorted(plan, key=lambda item: item[0])  # the short TP1 launches first, then TP2
+    # Two TP2 engines side by side on 2 cores spin against each other (each rank is bound to one core and
+    # busy-waits in the shared-memory all-reduce): each TP2 launch runs beside one TP1 launch instead.
+    pairs = [[(2, backend), (1, backend)] for backend in BACKENDS]
+    first = (1, BACKENDS[0])
     timings, failures, started_all = {}, [], time.perf_counter()
-    running: list[tuple[tuple[int, str], subprocess.Popen, float]] = []
-    while order or running:
-        while order and len(running) < CONCURRENT:
-            tp, backend = order.pop(0)
-            first = (tp, backend) == plan[0]
-            process = _launch(mode, model, tp, backend, root / f"tp{tp}-{backend}", root / "op-checks.safetensors" if first else None)
-            running.append(((tp, backend), process, time.perf_counter()))
-        time.sleep(0.5)
-        for entry in list(running):
-            key, process, since = entry
-            if process.poll() is None and time.perf_counter() - since < LAUNCH_TIMEOUT_S:
-                continue
-            if process.poll() is None:
+    for pair in pairs:
+        running = []
+        for tp, backend in pair[:CONCURRENT]:
+            checks = root / "op-checks.safetensors" if (tp, backend) == first else None
+            running.append(((tp, backend), _launch(mode, model, tp, backend, root / f"tp{tp}-{backend}", checks), time.perf_counter()))
+        for (tp, backend) in pair[CONCURRENT:]:  # CONCURRENT=1: one at a time
+            running.append(((tp, backend), None, None))
+        for _index, (key, process, since) in enumerate(running):
+            if process is None:
+                checks = root / "op-checks.safetensors" if key == first else None
+                process, since = _launch(mode, model, key[0], key[1], root / f"tp{key[0]}-{key[1]}", checks), time.perf_counter()
+            try:
+                process.wait(timeout=max(1.0, LAUNCH_TIMEOUT_S - (time.perf_counter() - since)))
+            except subprocess.TimeoutExpired:
                 _stop(process)
-            running.remove(entry)
             timings[f"tp{key[0]}-{key[1]}"] = round(time.perf_counter() - since, 1)
             if process.returncode != 0:
                 failures.append(f"tp{key[0]} {key[1]} exited {process.returncode} (log: {root / f'tp{key[0]}-{key[1]}' / 'engine.log'})")
