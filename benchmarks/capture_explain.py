@@ -4,7 +4,7 @@
       [--workdir DIR] [--out FILE]
 
 Setup (not timed): a synthetic checkpoint of the layer (seed 0), mla_debug's reference run at each TP
-size as a capture (`analysis.run_capture`: real per-rank weight and activation shards), and in the larger
+size as a capture (`explain.run_capture`: real per-rank weight and activation shards), and in the larger
 TP size a planted defect - kv_b_proj's bytes shuffled (16, 16) once on every rank, with kv_b_proj's output
 what a plain reader of those bytes computes - written with the capture store to `--workdir`.
 
@@ -38,8 +38,8 @@ def make_captures(model: str, tokens: int, tps: list[int], workdir: Path) -> lis
     import torch
 
     import mla_debug as md
-    from mla_debug.analysis import run_capture
     from mla_debug.capture.store import write_rank
+    from mla_debug.explain import run_capture
 
     cfg = md.MLAConfig.preset(model)
     ckpt = md.Checkpoint.synthetic(cfg, seed=0, progress=False)

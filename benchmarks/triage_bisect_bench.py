@@ -4,12 +4,12 @@
       [--modes prefill decode] [--tokens 16] [--scenario vllm-pr51692] [--platform mi355x] [--out FILE]
       [--json OUT]
 
-Builds the Workbench (synthetic weights of the real dimensions, seed 0), then runs `md.triage` with
-bisection, and prints a Markdown table (under the harness's environment line) of one row: workbench and triage seconds (wall), CPU seconds of the
+Builds the TriageSession (synthetic weights of the real dimensions, seed 0), then runs `md.triage` with
+bisection, and prints a Markdown table (under the harness's environment line) of one row: session and triage seconds (wall), CPU seconds of the
 whole process (all threads: on a shared machine wall time grows with the other jobs' load, CPU time much
 less), peak RSS, the load average before and after, the bisection's trial counts, and the verdicts and
 culprits, so that two versions of the code can be compared on the same answers. It reads only the
-public API that both the earlier and the current triage offer (`Workbench`, `triage`, `TriageResult`), so
+public API that both the earlier and the current triage offer (`TriageSession`, `triage`, `TriageResult`), so
 pointing PYTHONPATH at an older checkout times that one.
 """
 
@@ -40,14 +40,14 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     import mla_debug as md
-    from mla_debug.analysis import Workbench, triage
+    from mla_debug.triage import TriageSession, triage
 
     load_before = os.getloadavg()
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    bench = Workbench(args.model, args.platform, args.tokens, seed=0, progress=False)
+    session = TriageSession(args.model, args.platform, args.tokens, seed=0, progress=False)
     wall1 = time.perf_counter()
     result = triage(
-        scenario=args.scenario, tp_sizes=tuple(args.tp), modes=tuple(args.modes), bench=bench, progress=False
+        scenario=args.scenario, tp_sizes=tuple(args.tp), modes=tuple(args.modes), session=session, progress=False
     )
     wall2, cpu2 = time.perf_counter(), time.process_time()
     stats = getattr(result, "bisection", None)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         "tp": args.tp,
         "modes": args.modes,
         "tokens": args.tokens,
-        "workbench_s": round(wall1 - wall0, 1),
+        "session_s": round(wall1 - wall0, 1),
         "triage_s": round(wall2 - wall1, 1),
         "total_s": round(wall2 - wall0, 1),
         "cpu_s": round(cpu2 - cpu0, 1),
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> None:
         "versions": f"mla_debug {md.__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}",
         "threads": torch.get_num_threads(),
     }
-    header = ["label", "model", "total s", "workbench s", "triage s", "CPU s", "peak RSS GB", "load before / after"]
+    header = ["label", "model", "total s", "session s", "triage s", "CPU s", "peak RSS GB", "load before / after"]
     header += ["trials", "runs"]
-    row = [figures[k] for k in ("label", "model", "total_s", "workbench_s", "triage_s", "cpu_s", "peak_rss_gb")]
+    row = [figures[k] for k in ("label", "model", "total_s", "session_s", "triage_s", "cpu_s", "peak_rss_gb")]
     row += [f"{figures['load_before'][0]} / {figures['load_after'][0]}", figures["trials"], figures["runs"]]
     lines = [environment(), "", markdown_table(header, [row]), ""]
     lines += [f"    {line}" for line in figures["verdicts"] + figures["culprits"] + figures["unresolved"]]

@@ -3,7 +3,7 @@
   PYTHONPATH=. python3 benchmarks/triage_gpu_bench.py --out triage_gpu.md [--model deepseek-v3] [--tokens 16]
 
 Runs `md.triage(model, "h200", scenario)` for each scenario on device="cuda" and on device="cpu", each
-with its own Workbench (synthetic checkpoint of the real dimensions, same seed), and checks that both
+with its own TriageSession (synthetic checkpoint of the real dimensions, same seed), and checks that both
 devices reach the same verdicts and culprits. The GPU is timed twice - the first pass includes Triton's
 compilation of every launch configuration, the second is warm - and the CPU once.
 """
@@ -22,10 +22,10 @@ from benchmarks.harness import environment, markdown_table, require_cuda, write_
 SCENARIOS = ("vllm-pr51692", "vllm-pr56433")
 
 
-def run(bench: md.Workbench, scenarios) -> tuple[float, list]:
+def run(session: md.TriageSession, scenarios) -> tuple[float, list]:
     start = time.perf_counter()
-    results = [md.triage(bench=bench, scenario=s, progress=False) for s in scenarios]
-    if bench.device.type == "cuda":
+    results = [md.triage(session=session, scenario=s, progress=False) for s in scenarios]
+    if session.device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start, results
 
@@ -48,13 +48,13 @@ def main() -> None:
     outcome = {}
     for device in ("cuda", "cpu"):
         start = time.perf_counter()
-        bench = md.Workbench(args.model, "h200", args.tokens, device=device)
+        session = md.TriageSession(args.model, "h200", args.tokens, device=device)
         build = time.perf_counter() - start
-        first, results = run(bench, scenarios)
+        first, results = run(session, scenarios)
         times[device] = (build, first)
         outcome[device] = verdicts(results)
         if device == "cuda":
-            warm, _ = run(bench, scenarios)
+            warm, _ = run(session, scenarios)
             times["cuda warm"] = (0.0, warm)
         for r in results:
             lines.append(f"- {device} {r.scenario}: " + "; ".join(f"TP{c.tp} {c.mode} {c.verdict}" for c in r.configs))
@@ -67,7 +67,7 @@ def main() -> None:
     )
     cpu = times["cpu"][1]
     table = markdown_table(
-        ["run", "workbench s", "triage s", "CPU / this"],
+        ["run", "session s", "triage s", "CPU / this"],
         [[name, f"{build:.1f}", f"{spent:.1f}", f"{cpu / spent:.1f}x"] for name, (build, spent) in times.items()],
     )
     text = "\n".join([header, "", table, "", f"same verdicts and culprits on both devices: {same}", "", *lines, ""])

@@ -6,14 +6,16 @@ The package root holds the names most work needs - entry points, result types an
 are made of. Everything else lives in its layer's package: ``md.layouts.unshuffle_weight``,
 ``md.kernels.TunedTable``, ``md.numerics.error_metrics``, ``md.scenarios.scenario_names``, ... (a name
 that moved from here says where it went). The layers import only those below them:
-numerics <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel <- capture <- analysis,
-profiling <- viz <- cli. Plotting imports lazily, so ``import mla_debug`` works on a bare GPU box.
+numerics <- layouts <- gpu <- kernels, normquant <- model <- scenarios <- parallel <- capture <- verdict <-
+triage, explain, profiling <- viz <- cli. Plotting imports lazily, so ``import mla_debug`` works on a bare GPU
+box.
 
-`md.capture` is the capture package itself, callable: ``with md.capture(model, out, layer=3): model(ids)``
-records one layer of a running model; ``md.load_capture(out)`` reads it back (``md.capture.Capture``,
-``md.capture.user_map``, ... are its other names).
+`md.capture` and `md.triage` are packages that are also callable: ``with md.capture(model, out, layer=3):
+model(ids)`` records one layer of a running model (``md.capture.Capture``, ``md.capture.user_map``, ... are
+its other names); ``md.triage(scenario=...)`` triages a layer across TP sizes (``md.triage.TriageSession``,
+``md.triage.compare``, ...).
 
-`write_html` comes from `viz` (the HTML report is drawn from a TriageReport, so analysis never imports
+`write_html` comes from `viz` (the HTML report is drawn from a TriageReport, so triage never imports
 viz): ``md.write_html(result, "triage.html")`` or ``md.write_html(md.load_triage(path), ...)``.
 """
 
@@ -21,8 +23,8 @@ from __future__ import annotations
 
 # The layer packages are attributes of the root (md.kernels.TunedTable): the second tier of the API.
 from . import (  # noqa: F401
-    analysis,
     capture,
+    explain,
     kernels,
     layouts,
     model,
@@ -31,22 +33,13 @@ from . import (  # noqa: F401
     parallel,
     profiling,
     scenarios,
+    triage,
+    verdict,
     viz,
 )
 from ._version import __version__
-from .analysis import (
-    RunDiff,
-    TriageReport,
-    TriageResult,
-    Workbench,
-    bisect,
-    compare,
-    diff_captures,
-    explain_capture,
-    load_triage,
-    triage,
-)
 from .capture import Capture, load_capture
+from .explain import diff_captures, explain_capture
 from .kernels import Kernel, KernelPolicy, Platform, get_kernel, platform
 from .layouts import (
     ContractViolation,
@@ -62,6 +55,7 @@ from .numerics import E4M3FN, E4M3FNUZ, Fp8Format
 from .parallel import LayerRun, MLALayer, Patch, run_layer
 from .profiling import Trace, compare_traces, load_trace, profile
 from .scenarios import Scenario, scenario
+from .triage import RunDiff, TriageReport, TriageResult, TriageSession, bisect, compare, load_triage
 from .viz import write_html
 
 __all__ = [
@@ -94,7 +88,7 @@ __all__ = [
     "Checkpoint",
     "Scenario",
     "scenario",
-    "Workbench",
+    "TriageSession",
     "Platform",
     "platform",
     "Kernel",

@@ -16,13 +16,13 @@ from rich.console import Console
 
 import mla_debug as md
 from mla_debug import Checkpoint, MLAConfig
-from mla_debug.analysis.positions import TokenPositions
 from mla_debug.cli import build_parser, main
 from mla_debug.cli.main import _error_text
 from mla_debug.cli.triage import render
 from mla_debug.kernels import TunedTable, platform_names
 from mla_debug.model import PRESETS
 from mla_debug.scenarios import scenario_names
+from mla_debug.triage.positions import TokenPositions
 
 
 def test_kernel_demo_reproduces_the_three_bugs(capsys):

@@ -9,14 +9,14 @@ from functools import cache
 import pytest
 
 import mla_debug as md
-from mla_debug.analysis import Workbench, triage
 from mla_debug.cli import main
+from mla_debug.triage import TriageSession, triage
 
 
 @cache
 def _result():
     cfg = md.MLAConfig.preset("tiny").with_(name="tiny-kv512", kv_lora_rank=512)
-    return triage(scenario="vllm-pr51692", bench=Workbench(cfg, "mi355x", tokens=4), tp_sizes=(2,), progress=False)
+    return triage(scenario="vllm-pr51692", session=TriageSession(cfg, "mi355x", tokens=4), tp_sizes=(2,), progress=False)
 
 
 def test_report_redraws_the_html_of_the_triage_and_prints_its_summary(tmp_path, capsys):

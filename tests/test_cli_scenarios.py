@@ -8,7 +8,7 @@ import yaml
 from toy_profile import profile
 
 from mla_debug.cli.main import main
-from mla_debug.scenarios.data_folder import ENV_VAR
+from mla_debug.scenarios.shipped_data import ENV_VAR
 
 
 @pytest.fixture

@@ -179,8 +179,8 @@ def test_a_registered_builtin_backend_runs_by_name_and_is_valid_in_scenario_file
     try:
         fused_qk_rmsnorm_group_quant(q_rows(3, 128), torch.ones(128), 1e-6, backend="extra-test-backend")
         assert calls == [3]
-        scenario = md.Scenario.from_dict({"name": "x", "behaviour": {"v4_norm_quant_backend": "extra-test-backend"}})
-        assert scenario.behaviour.v4_norm_quant_backend == "extra-test-backend"
+        scenario = md.Scenario.from_dict({"name": "x", "behaviour": {"norm_quant_backend": "extra-test-backend"}})
+        assert scenario.behaviour.norm_quant_backend == "extra-test-backend"
     finally:
         nq._BUILTIN.unregister("extra-test-backend")
     assert "extra-test-backend" not in NORM_QUANT_BACKENDS

@@ -3,7 +3,7 @@ lazy imports count too), siblings in one layer do not import each other, and the
 libraries stay out of module-level imports below viz so `import mla_debug` works on a bare GPU box.
 
     real_aiter <- numerics, implementations <- layouts <- gpu <- kernels, normquant <- model <- scenarios
-    <- parallel <- capture <- analysis, profiling <- viz <- cli
+    <- parallel <- capture <- verdict <- triage, explain, profiling <- incidents <- viz <- cli
 
 `implementations` (the implementation-choice mechanism the kernels and the norm+quant backends share)
 imports nothing of the package, so it sits at the bottom beside numerics.
@@ -11,7 +11,8 @@ imports nothing of the package, so it sits at the bottom beside numerics.
 gpu/ (everything that imports triton) is reached only through the kernels and norm+quant backends that
 launch it. real_aiter/ (the loader of AMD's own aiter code) imports nothing of the library, so it sits at
 the bottom: the tuned tables, gpu/'s launches of aiter's Triton kernels and the tests build on it. The
-package's private helpers (`_checks`, `_files`, `_progress`, `_stdio`, `_version`) sit
+package's private helpers (`_callable_package`, `_checks`, `_files`, `_json_numbers`, `_progress`, `_stdio`,
+`_version`) sit
 under everything, and the package root (`mla_debug/__init__.py`, the public surface) over everything;
 neither is a layer here.
 """
@@ -31,8 +32,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mla_debug"
 LAYERS: list[set[str]] = [
     {"cli"},
     {"viz"},
-    {"analysis", "profiling"},
-    # Analysis explains captures, so capture sits below it.
+    {"incidents"},
+    {"triage", "explain", "profiling"},
+    # The noise floor and the divergence rule that triage and the capture explanation share.
+    {"verdict"},
+    # The explanation reads captures, so capture sits below it.
     {"capture"},
     {"parallel"},
     {"scenarios"},
@@ -43,7 +47,7 @@ LAYERS: list[set[str]] = [
     {"numerics", "implementations"},
     {"real_aiter"},
 ]
-PRIVATE = {"_checks", "_files", "_progress", "_stdio", "_version"}
+PRIVATE = {"_callable_package", "_checks", "_files", "_json_numbers", "_progress", "_stdio", "_version"}
 # Imported only inside functions below viz (so a CPU-only or headless install imports the package).
 HEAVY = ("pandas", "plotly", "matplotlib", "triton")
 

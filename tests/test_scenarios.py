@@ -22,7 +22,7 @@ EMBEDDED = md.kernels.TunedTable.embedded()
 REGISTRY = f"registered kernels: {', '.join(md.kernels.kernel_names())}"
 BEHAVIOUR_FIELDS = (
     "v4_fused_norm_quant, v4_fused_transpose_scale, v4_ask_consumers, v4_model_preshuffle, "
-    "skip_model_shuffle_if_kernel_preshuffles, v4_norm_quant_backend, v4_wo_a_is_bmm, v3_fused_norm_quant, "
+    "skip_model_shuffle_if_kernel_preshuffles, norm_quant_backend, v4_wo_a_is_bmm, v3_fused_norm_quant, "
     "v3_fused_transpose_scale, absorbed_weight_dtype, absorbed_bmm, absorbed_weights_derived, load_order, "
     "honours_rope_interleave"
 )
@@ -97,7 +97,7 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
             **{f.name: not f.default for f in fields(ModelBehaviour) if isinstance(f.default, bool)},
             # The last value of each choice is not its default, and together they are consistent.
             **{name: values[-1] for name, values in CHOICES.items()},
-            v4_norm_quant_backend="torch",
+            norm_quant_backend="torch",
         ),
         tuned_path=str(csv_path),
         triton_configs_path=str(write_triton_config(tmp_path / "triton")),
@@ -266,8 +266,8 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
         ),
         (
             "behaviour",
-            {"v4_norm_quant_backend": 1},
-            "'behaviour.v4_norm_quant_backend' must be a norm+quant backend name (string), got 1 (int)",
+            {"norm_quant_backend": 1},
+            "'behaviour.norm_quant_backend' must be a norm+quant backend name (string), got 1 (int)",
         ),
         (
             "behaviour",
@@ -348,10 +348,10 @@ def test_unknown_kernel_names_give_the_registrys_error(data, where):
 
 def test_unknown_norm_quant_backends_give_the_registrys_error_like_kernels():
     with pytest.raises(ValueError) as err:
-        md.Scenario.from_dict({"name": "x", "behaviour": {"v4_norm_quant_backend": "cuda"}})
+        md.Scenario.from_dict({"name": "x", "behaviour": {"norm_quant_backend": "cuda"}})
     backends = ", ".join(NORM_QUANT_BACKENDS.names())
     assert str(err.value) == (
-        f"scenario 'x': behaviour.v4_norm_quant_backend: unknown norm+quant backend 'cuda'; "
+        f"scenario 'x': behaviour.norm_quant_backend: unknown norm+quant backend 'cuda'; "
         f"registered norm+quant backends: {backends} (or 'auto')"
     )
     assert {"torch", "triton", "aiter"} <= set(NORM_QUANT_BACKENDS.names())
@@ -359,18 +359,18 @@ def test_unknown_norm_quant_backends_give_the_registrys_error_like_kernels():
 
 @pytest.mark.parametrize("backend", ["auto", "torch", "triton", "aiter"])
 def test_every_registered_norm_quant_backend_and_auto_are_accepted(backend):
-    scenario = md.Scenario.from_dict({"name": "x", "behaviour": {"v4_norm_quant_backend": backend}})
-    assert scenario.behaviour.v4_norm_quant_backend == backend
+    scenario = md.Scenario.from_dict({"name": "x", "behaviour": {"norm_quant_backend": backend}})
+    assert scenario.behaviour.norm_quant_backend == backend
 
 
 def test_a_backend_registered_later_is_a_valid_scenario_name_until_unregistered():
     from mla_debug.normquant import register_backend, unregister_backend
     from mla_debug.normquant.reference import _torch_backend
 
-    data = {"name": "x", "behaviour": {"v4_norm_quant_backend": "my-backend"}}
+    data = {"name": "x", "behaviour": {"norm_quant_backend": "my-backend"}}
     register_backend("my-backend", _torch_backend)
     try:
-        assert md.Scenario.from_dict(data).behaviour.v4_norm_quant_backend == "my-backend"
+        assert md.Scenario.from_dict(data).behaviour.norm_quant_backend == "my-backend"
     finally:
         unregister_backend("my-backend")
     with pytest.raises(ValueError, match="unknown norm\\+quant backend 'my-backend'"):

@@ -2,8 +2,7 @@
 loading the per-rank recordings back into TP-independent tensors.
 
 The package is itself callable: ``md.capture(model, out, layer=3)`` is `recorder.capture` (the context
-manager), while ``md.capture.Capture``, ``md.capture.user_map`` ... name the rest. One name serves both
-so that the entry point and the package it lives in never shadow each other.
+manager), while ``md.capture.Capture``, ``md.capture.user_map`` ... name the rest.
 
     with md.capture(model, "captures/tp1", layer=3, tokens=range(16)) as cap:
         model(input_ids)
@@ -12,9 +11,7 @@ so that the entry point and the package it lives in never shadow each other.
 
 from __future__ import annotations
 
-import sys
-from types import ModuleType
-
+from .._callable_package import make_callable
 from .canonical import DERIVED, DERIVED_SCALES, MODULES, CanonicalModule
 from .load import load_capture
 from .names import Argument, DerivedName, ModuleName, NameMap, builtin_maps, user_map
@@ -62,12 +59,4 @@ __all__ = [
     "user_map",
 ]
 
-
-class _CallablePackage(ModuleType):
-    """This package, callable as `capture(...)`."""
-
-    def __call__(self, model, out, **options) -> LayerCapture:
-        return capture(model, out, **options)
-
-
-sys.modules[__name__].__class__ = _CallablePackage
+make_callable(__name__, capture)

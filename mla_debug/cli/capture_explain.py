@@ -6,7 +6,7 @@
   capture explain A [--checkpoint C] [--against B]  the layout stories that explain a's diverging steps
 
 --checkpoint is a Hugging Face checkpoint folder (the layer is the capture's) or another capture folder
-whose weights are in checkpoint layout. The data are `analysis.capture_diff` / `analysis.capture_explain`
+whose weights are in checkpoint layout. The data are `explain.diff` / `explain.explain`
 records; the words are `viz.captures`'.
 """
 
@@ -99,7 +99,7 @@ def _write_json(result, path: str | None) -> None:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from ..analysis.capture_diff import diff_captures
+    from ..explain.diff import diff_captures
     from ..viz.captures import diff_lines
 
     if (args.b is None) == (not args.reference):
@@ -117,8 +117,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from ..analysis.capture_diff import diff_captures, known_checkpoint
-    from ..analysis.capture_explain import explain_capture
+    from ..explain.diff import diff_captures, known_checkpoint
+    from ..explain.explain import explain_capture
     from ..viz.captures import explanation_lines, ranking_rows
 
     a = _load(args.a, "A")

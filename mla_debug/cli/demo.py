@@ -53,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .._files import fresh_folder
-    from ..analysis import Workbench, triage, write_json
     from ..kernels import platform as platform_of
     from ..model.preflight import check_layer_options
+    from ..triage import TriageSession, triage, write_json
     from ..viz import write_html
     from .common import check_output_folder
     from .triage import render
@@ -70,12 +70,12 @@ def run(args: argparse.Namespace) -> int:
         f"[bold]mla_debug[/]: TP triage of {args.model} on {plat.name}, {args.tokens} tokens, "
         f"TP {' '.join(map(str, args.tp))}, prefill and decode, under {' and '.join(SCENARIOS)}"
     )
-    bench = Workbench(args.model, plat, args.tokens, seed=0)
+    session = TriageSession(args.model, plat, args.tokens, seed=0)
     # A new folder per run, named by when it started; a second run in the same second gets "-2".
     folder = fresh_folder(out / f"demo-{args.model}-{plat.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     files = []
     for name in SCENARIOS:
-        report = triage(scenario=name, tp_sizes=tuple(args.tp), bench=bench, progress=True).report()
+        report = triage(scenario=name, tp_sizes=tuple(args.tp), session=session, progress=True).report()
         render(report, console)
         files.append(write_html(report, folder / f"triage-{name}.html"))
         files.append(write_json(report, folder / f"triage-{name}.json"))

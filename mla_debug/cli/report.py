@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..analysis import load_triage
+    from ..triage import load_triage
     from ..viz import write_html
     from .common import check_output_file, written
     from .triage import render

@@ -183,9 +183,9 @@ def render_culprits(result, console: Console) -> None:
 def check_args(args: argparse.Namespace) -> tuple[list, object]:
     """Every option checked before any weight is built or read (DeepSeek-V3's take seconds to build, a
     real checkpoint's much longer to read): returns (scenarios, platform). Raises ValueError & co."""
-    from ..analysis.triage import workbench_device
     from ..kernels import platform as platform_of
     from ..model.preflight import check_layer_options
+    from ..triage.session import triage_session_device
     from .args import parse_settings, scenario_with_settings
     from .common import check_output_file
 
@@ -210,18 +210,18 @@ def check_args(args: argparse.Namespace) -> tuple[list, object]:
     )
     if args.checkpoint is None and args.ignore_extra:
         raise ValueError("--ignore-extra applies to a --checkpoint; synthetic weights hold no unknown tensors")
-    workbench_device(args.device, plat)
+    triage_session_device(args.device, plat)
     return scenarios, plat
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis import Workbench, triage, write_json
+    from ..triage import TriageSession, triage, write_json
     from ..viz import write_html
     from .common import written
 
     scenarios, plat = check_args(args)
     console = Console()
-    bench = Workbench(
+    session = TriageSession(
         args.model,
         plat,
         args.tokens,
@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
             scenario=scen,
             tp_sizes=tuple(args.tp),
             modes=tuple(args.modes),
-            bench=bench,
+            session=session,
             find_culprits=not args.no_bisect,
             progress=True,
         )

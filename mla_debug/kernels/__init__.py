@@ -27,8 +27,8 @@ from .base import (
     vllm_class_of,
 )
 from .block_gemm import ACCUMULATIONS
+from .block_scaled_linear import BlockScaledLinear
 from .choice import KernelChoice, SkippedKernel
-from .linear import BlockScaledLinear
 from .platforms import PLATFORMS, Platform, detect_platform, platform, platform_names
 from .policy import KernelPolicy, parse_disabled
 from .prequantized import apply_pre_quantized_block_scaled_mm, wanted_scale_layout

@@ -43,7 +43,7 @@ from .block_gemm import Accumulation, block_scaled_mm, check_accumulation
 from .engine_rules import sglang_bpreshuffle_check
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
     from .platforms import Platform
 
 SHUFFLE = (16, 16)

@@ -21,7 +21,7 @@ from .aiter_emulated import AiterBlockscaleEmulated, AiterBpreshuffleEmulated
 from .base import Contract, register_kernel
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 
 def _aiter_op(op: str):

@@ -52,7 +52,7 @@ from .platforms import platform
 from .stride_read import layout_read_by_strides, values_read_by_strides
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 BACKENDS = ("auto", "triton", "emulation")
 ANY = "any"

@@ -49,7 +49,7 @@ from .engine_rules import vllm_bpreshuffle_check
 from .stride_read import layout_read_by_strides, values_read_by_strides
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 
 @register_kernel

@@ -28,7 +28,7 @@ from ..layouts.weight_shuffle import ShuffleLayout
 from ..numerics import Fp8Format
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
     from .platforms import Platform
     from .triton_configs import TritonConfigTable
     from .tuned import TunedTable

@@ -20,7 +20,7 @@ from ..layouts.weight_shuffle import ShuffleLayout, unshuffle_weight
 from ..numerics.quantize import block_dequantize
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 Accumulation = Literal["blockwise", "dequant"]
 ACCUMULATIONS: tuple[str, ...] = ("blockwise", "dequant")

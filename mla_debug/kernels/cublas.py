@@ -24,7 +24,7 @@ from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import same_tensor_key
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 
 @register_kernel

@@ -62,7 +62,7 @@ from .deepgemm_weights import RECIPES, VLLM_0_33, requant_ue8m0
 from .stride_read import layout_read_by_strides, values_read_by_strides
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 BLACKWELL = "sm100"
 DEEPGEMM_ARCHES = ("sm90", BLACKWELL)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..layouts import QuantizedActivation, ScaleLayout
 from .base import GemmCall
-from .linear import BlockScaledLinear
+from .block_scaled_linear import BlockScaledLinear
 
 
 def apply_pre_quantized_block_scaled_mm(linear: BlockScaledLinear, qa: QuantizedActivation) -> GemmCall:

@@ -16,7 +16,7 @@ from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import block_scaled_mm
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 
 @register_kernel

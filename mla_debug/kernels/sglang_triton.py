@@ -41,7 +41,7 @@ from .gpu_problem import gpu_gemm_refusal
 from .stride_read import layout_read_by_strides, values_read_by_strides
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 SGLANG_0_5_23 = "sglang-0.5.23"
 ANY = "any"

@@ -43,7 +43,7 @@ from .gpu_problem import gpu_gemm_refusal
 from .platforms import platform
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 BACKENDS = ("auto", "triton", "emulation")
 

@@ -40,7 +40,7 @@ from .gpu_problem import gpu_gemm_refusal
 from .stride_read import layout_read_by_strides, values_read_by_strides
 
 if TYPE_CHECKING:
-    from .linear import BlockScaledLinear
+    from .block_scaled_linear import BlockScaledLinear
 
 AUTO = "auto"
 GFX1250 = "gfx1250"

@@ -7,7 +7,7 @@ mechanism for both model families that have one:
 
 Each model decides a `ProducerPlan` once per rank layer (fused or not, the scale order written, notes and
 producer-side violations) from its behaviour and its consumers' kernels; the run is always
-`normquant.fused_qk_rmsnorm_group_quant` on the backend ``ModelBehaviour.v4_norm_quant_backend`` names,
+`normquant.fused_qk_rmsnorm_group_quant` on the backend ``ModelBehaviour.norm_quant_backend`` names,
 and the step it records looks the same for both. The consumers then read the producer's
 `QuantizedActivation` in their own order: a kernel reading another order records a scale-order violation.
 """
@@ -79,7 +79,7 @@ def run_producer(
     """Normalize `q` and `k` (norm weights by name, the config's eps) and quantize q per 1x128 in the
     plan's scale order; returns the result (with the unquantized normalized q) and the backend used."""
     eps = layer.cfg.rms_norm_eps
-    backend = resolve_backend(layer.behaviour.v4_norm_quant_backend, q.device)
+    backend = resolve_backend(layer.behaviour.norm_quant_backend, q.device)
     result = fused_qk_rmsnorm_group_quant(
         q,
         layer.norms[q_norm],

@@ -14,7 +14,7 @@ and the state entry get the new values, so every later step consumes them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -121,12 +121,45 @@ def replace_output(step: Step, state: dict, record: StepRecord, new: torch.Tenso
         state[step.state_key] = new.reshape(state[step.state_key].shape)
 
 
+class RankLinears(Mapping):
+    """A rank layer's linears by name, whose reads can be watched: a step reaches a linear only by looking
+    it up here, so `watch(listener)` (listener(name) on every lookup, iteration included) tells an executor
+    that reuses results which linears each step depended on. Iterating counts as reading every linear."""
+
+    def __init__(self, linears: Mapping) -> None:
+        self._linears = dict(linears)
+        self._listener: Callable[[str], None] | None = None
+
+    def watch(self, listener: Callable[[str], None] | None) -> None:
+        """Report every later lookup to `listener` (None: stop reporting)."""
+        self._listener = listener
+
+    def __getitem__(self, name: str):
+        if self._listener is not None and name in self._linears:
+            self._listener(name)
+        return self._linears[name]
+
+    def __iter__(self) -> Iterator[str]:
+        if self._listener is not None:
+            for name in self._linears:
+                self._listener(name)
+        return iter(self._linears)
+
+    def __len__(self) -> int:
+        return len(self._linears)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._linears
+
+
 class RankLayer(ABC):
     """Base of the per-rank layers: shared helpers for records and the all-reduce."""
 
-    def __init__(self, cfg, linears: dict, norms: dict, rank: int, tp_size: int, dtype: torch.dtype, behaviour) -> None:
+    def __init__(
+        self, cfg, linears: Mapping, norms: dict, rank: int, tp_size: int, dtype: torch.dtype, behaviour
+    ) -> None:
         self.cfg = cfg
-        self.linears = linears
+        self.linears = RankLinears(linears)
         self.norms = norms
         self.rank = rank
         self.tp_size = tp_size

@@ -1,6 +1,8 @@
-"""TP sharding rules, the one step loop with hooks, its in-process and torch.distributed executors,
-activation patching, and the run entry points."""
+"""TP sharding rules, the one step loop with hooks, its executors (in-process, torch.distributed, and the
+cached one that reuses loaded linears and GEMM results across many runs of one layer), activation
+patching, and the run entry points."""
 
+from .cached import CachedExecutor, CachedRun
 from .distributed import RankError
 from .hooks import StepHook
 from .layer_run import LayerRun
@@ -10,6 +12,8 @@ from .run import EXECUTORS, MODES, MLALayer, check_device, run_layer
 from .sharding import COLUMN, REPLICATED, ROW, LinearSpec, linear_specs
 
 __all__ = [
+    "CachedExecutor",
+    "CachedRun",
     "check_device",
     "COLUMN",
     "EXECUTORS",

@@ -17,6 +17,8 @@ standard load gives it, so it changes only when W_UK / W_UV are derived - and th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ..kernels import KernelPolicy, Platform, platform
@@ -52,7 +54,7 @@ def linear_flags(cfg, spec: LinearSpec, behaviour: ModelBehaviour, plat: Platfor
 def load_behaviour(cfg, spec: LinearSpec, behaviour: ModelBehaviour, plat: Platform) -> ModelBehaviour | None:
     """The model behaviour a loaded linear's state depends on, or None when it depends on none: the
     linears the V4 model re-lays out itself, and any whose flags the behaviour changes. Shared linears
-    (`analysis.reuse`) are keyed by it."""
+    (`parallel.cached`) are keyed by it."""
     if cfg.arch == "v4" and spec.name in MODEL_SHUFFLED:
         return behaviour
     flags, _ = linear_flags(cfg, spec, behaviour, plat)
@@ -79,10 +81,12 @@ class LayerBuilder:
     Full weights are materialized once and sharded by views; replicated linears are built and loaded
     once and shared by all in-process ranks (every rank would hold identical bytes and kernel state).
     The TP size is validated by the entry point that builds (`cfg.check_tp`, once per call), not here.
-    """
 
-    # The class of a quantized linear (a subclass may remember results: `analysis.reuse`).
-    quantized_linear: type[QuantizedLinear] = QuantizedLinear
+    An executor that shares loaded linears between builds passes ``full_weights`` (a dict it keeps: the
+    unsharded weights do not depend on TP size or scenario), ``linear_class`` (a QuantizedLinear that
+    remembers results) and ``linear_source(builder, spec, rank)``, which returns the rank's loaded linear
+    (calling `builder.load_linear` for one it does not hold yet).
+    """
 
     def __init__(
         self,
@@ -93,6 +97,10 @@ class LayerBuilder:
         scen: Scenario,
         dtype: torch.dtype,
         policy: KernelPolicy | None = None,
+        *,
+        full_weights: dict[str, object] | None = None,
+        linear_class: type[QuantizedLinear] = QuantizedLinear,
+        linear_source: Callable[[LayerBuilder, LinearSpec, int], object] | None = None,
     ) -> None:
         if ckpt.cfg.arch != cfg.arch:
             raise ValueError(f"checkpoint is a {ckpt.cfg.arch} layer but the config {cfg.name!r} is {cfg.arch}")
@@ -102,8 +110,19 @@ class LayerBuilder:
         self.scenario = scen.resolve(self.platform)
         self.dtype = dtype
         self.policy = policy or self.scenario.policy(self.platform)
-        self._full: dict[str, object] = {}
+        self.full_weights = {} if full_weights is None else full_weights
+        self.linear_class = linear_class
+        self._linear_source = linear_source
         self._replicated: dict[str, object] = {}
+
+    def full_weight(self, spec: LinearSpec):
+        """The unsharded weight of `spec`, materialized once."""
+        if spec.name not in self.full_weights:
+            self.full_weights[spec.name] = full_weight(self.ckpt, spec, self.dtype)
+        return self.full_weights[spec.name]
+
+    def shard_of(self, spec: LinearSpec, rank: int):
+        return shard(self.full_weight(spec), spec, self.tp_size, rank)
 
     def load_linear(self, spec: LinearSpec, weight):
         """A linear over `weight` (a rank's shard) with the model's flags, loaded: kernel chosen, weight
@@ -114,16 +133,17 @@ class LayerBuilder:
         else:
             # The checkpoint's scale format travels with the weight: an engine may quantize the layer's
             # activations by it (`Kernel.input_ue8m0`).
-            linear = self.quantized_linear(spec.name, weight, scale_fmt=self.cfg.scale_fmt, **flags)
+            linear = self.linear_class(spec.name, weight, scale_fmt=self.cfg.scale_fmt, **flags)
         linear.events.extend(events)
         return linear.load(self.policy, self.platform)
 
-    def _linear(self, spec, rank: int):
+    def linear(self, spec: LinearSpec, rank: int):
+        """Rank `rank`'s loaded linear of `spec`."""
+        if self._linear_source is not None:
+            return self._linear_source(self, spec, rank)
         if spec.parallel == REPLICATED and spec.name in self._replicated:
             return self._replicated[spec.name]
-        if spec.name not in self._full:
-            self._full[spec.name] = full_weight(self.ckpt, spec, self.dtype)
-        linear = self.load_linear(spec, shard(self._full[spec.name], spec, self.tp_size, rank))
+        linear = self.load_linear(spec, self.shard_of(spec, rank))
         if spec.parallel == REPLICATED:
             self._replicated[spec.name] = linear
         return linear
@@ -131,7 +151,7 @@ class LayerBuilder:
     def rank_layer(self, rank: int) -> RankLayer:
         if not 0 <= rank < self.tp_size:
             raise ValueError(f"rank {rank} is outside 0..{self.tp_size - 1}")
-        linears = {spec.name: self._linear(spec, rank) for spec in linear_specs(self.cfg)}
+        linears = {spec.name: self.linear(spec, rank) for spec in linear_specs(self.cfg)}
         norms = {name: self.ckpt.norm_weight(name) for name in norm_names(self.cfg)}
         behaviour = self.scenario.behaviour
         if self.cfg.arch == "v4":

@@ -3,7 +3,7 @@
 What TransformerLens does for interpretability, applied to kernels and layouts: if a configuration
 diverges first at step S, running it again with S's output taken from a correct run says whether the
 fault is inside S (every later step recovers) or not (a later step still diverges: a second fault, or
-an earlier one that stayed below the noise floor). `mla_debug.analysis.patching` makes that verdict.
+an earlier one that stayed below the noise floor). `mla_debug.triage.patching` makes that verdict.
 
 A LayerRun's records are gathered (TP-independent), so the reference may come from any TP size. To
 patch a TP-N run each rank gets back its share of the gathered output, the inverse of

@@ -10,8 +10,8 @@ stays light.
 
 from __future__ import annotations
 
-from .capture import META_NAME, ProfileSession, profile
 from .diff import TraceDiff, compare_traces
+from .session import META_NAME, ProfileSession, profile
 from .trace import Trace, TraceWarning, load_trace, parse_step_name
 
 __all__ = [

@@ -5,14 +5,14 @@ and the model-side behaviour flags only scenarios set."""
 from __future__ import annotations
 
 from .behaviour import ModelBehaviour
-from .builtin import SCENARIOS, scenario, scenario_names
-from .data_folder import data_folder, engine_profile_files
-from .named import profile_names
+from .citations import Engine, Source
+from .lookup import profile_names
 from .resolution import AppliedRule, Resolution, SettingInEffect
 from .rules import Rule, When
 from .scenario import Scenario
+from .seed_scenarios import SCENARIOS, scenario, scenario_names
 from .settings import Setting, SettingKind
-from .sources import Engine, Source
+from .shipped_data import data_folder, engine_profile_files
 
 __all__ = [
     "SCENARIOS",

@@ -41,8 +41,8 @@ class ModelBehaviour:
         preshuffled GEMM directly.
     skip_model_shuffle_if_kernel_preshuffles: PR #56433 - the model does not shuffle a weight its
         kernel already preshuffled.
-    v4_norm_quant_backend: which implementation runs a fused norm+quant producer - DeepSeek-V4's and,
-        despite the name, DeepSeek-V3's (``v3_fused_norm_quant``) too ("auto": the Triton kernel on
+    norm_quant_backend: which implementation runs a fused norm+quant producer, DeepSeek-V4's and
+        DeepSeek-V3's (``v3_fused_norm_quant``) alike ("auto": the Triton kernel on
         NVIDIA GPUs, aiter's on ROCm, the torch reference on the CPU; or the name of a backend in
         `normquant.NORM_QUANT_BACKENDS`: "torch", "triton", "aiter", ...).
     v4_wo_a_is_bmm: whether wo_a keeps its ``is_bmm`` flag. False models DeepSeek-V4.1 on ROCm (vLLM
@@ -93,7 +93,7 @@ class ModelBehaviour:
     v4_ask_consumers: bool = False
     v4_model_preshuffle: bool = False
     skip_model_shuffle_if_kernel_preshuffles: bool = False
-    v4_norm_quant_backend: str = "auto"
+    norm_quant_backend: str = "auto"
     v4_wo_a_is_bmm: bool = True
     v3_fused_norm_quant: bool = False
     v3_fused_transpose_scale: bool = False

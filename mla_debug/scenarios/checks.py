@@ -28,7 +28,7 @@ POLICY_KEYS: dict[str, str] = {
     "overrides": "a mapping {layer name: kernel name}",
     "kernel_options": "a mapping {kernel name: {option: value}}",
     "behaviour": (
-        "a mapping {ModelBehaviour field: value of the field's type, v4_norm_quant_backend: name, or one of the "
+        "a mapping {ModelBehaviour field: value of the field's type, norm_quant_backend: name, or one of the "
         "listed values for " + ", ".join(CHOICES) + "}"
     ),
 }
@@ -171,16 +171,21 @@ def kernel_options(where: str, value: Any, key: str = "kernel_options") -> dict[
     return out
 
 
+# Behaviour fields under their earlier names (files and reports written before the rename still load).
+RENAMED_BEHAVIOUR = {"v4_norm_quant_backend": "norm_quant_backend"}
+
+
 def behaviour(where: str, value: Any, key: str = "behaviour") -> dict[str, Any]:
     """ModelBehaviour fields by name, each of its field's type (the default's type: a bool field takes
     only true/false, a string field only a string); the norm+quant backend is checked by its registry, a
     field with fixed values (`behaviour.CHOICES`) against them (the error lists them)."""
     if not isinstance(value, Mapping):
         raise type_error(where, key, value, POLICY_KEYS["behaviour"])
+    value = {RENAMED_BEHAVIOUR.get(flag, flag): setting for flag, setting in value.items()}
     known = {f.name: f for f in fields(ModelBehaviour)}
     reject_unknown(where, "behaviour field(s)", value, list(known))
     for flag, setting in value.items():
-        if flag == "v4_norm_quant_backend":
+        if flag == "norm_quant_backend":
             registered(where, f"{key}.{flag}", NORM_QUANT_BACKENDS, setting)
         elif flag in CHOICES:
             if not isinstance(setting, str) or setting not in CHOICES[flag]:

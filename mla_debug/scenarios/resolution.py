@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .citations import Engine, Source
 from .rules import Rule
 from .settings import SettingKind, setting_text
-from .sources import Engine, Source
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from typing import Any
 
 from ..kernels import PLATFORMS, Platform
 from . import checks
+from .citations import Source, parse_source
 from .settings import Setting
-from .sources import Source, parse_source
 
 VENDORS = ("amd", "nvidia", "cpu")
 # An architecture as the platforms name it: gfx942, gfx950, gfx1250 on AMD; sm90, sm100 on NVIDIA.

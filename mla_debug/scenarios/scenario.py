@@ -1,6 +1,6 @@
 """The Scenario type: a named serving behaviour - a kernel policy recipe plus model-side behaviours - as
-data. The built-in ones are in `builtin.py`; scenario files (YAML/JSON) are parsed by `files.py`; engine
-profiles (a release's settings and rules) are scenario files under ``data/engines/`` (`named.py`)."""
+data. The built-in ones are in `seed_scenarios.py`; scenario files (YAML/JSON) are parsed by `scenario_files.py`; engine
+profiles (a release's settings and rules) are scenario files under ``data/engines/`` (`lookup.py`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 
 from ..kernels import KernelPolicy, Platform, TritonConfigTable, TunedTable, platform
 from .behaviour import ModelBehaviour
-from .files import parse_scenario, read_scenario_file
+from .citations import Engine
 from .resolution import AppliedRule, Resolution, SettingInEffect
 from .rules import Rule, apply_rules
+from .scenario_files import parse_scenario, read_scenario_file
 from .settings import Setting, parse_settings, settings_in_effect
-from .sources import Engine
 
 _EFFECTIVE = (
     "priority",
@@ -88,7 +88,7 @@ class Scenario:
         >>> Scenario.from_dict({"name": "no-flags", "base": "vllm-pr56433",
         ...                     "kernel_options": {"aiter-bpreshuffle": {"honour_layer_flags": False}}})
         """
-        from .named import named_scenario
+        from .lookup import named_scenario
 
         return cls(**parse_scenario(cls, data, name, named_scenario, source=source, relative_to=relative_to))
 
@@ -194,11 +194,11 @@ class Scenario:
             if self._drifted():
                 raise ValueError(
                     f"{where}: changed after it was resolved on {self.resolution.platform}; set settings before "
-                    "other changes (analysis.changes.apply_all orders them so)"
+                    "other changes (triage.changes.apply_all orders them so)"
                 )
             return replace(self.origin.with_settings(values).resolve(self.resolved_on), name=self.name)
         if not self.settings:
-            from .named import profile_names
+            from .lookup import profile_names
 
             profiles = ", ".join(profile_names()) or "none found"
             raise ValueError(f"{where} declares no settings; engine profiles do ({profiles})")

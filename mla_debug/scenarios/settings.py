@@ -28,7 +28,7 @@ from enum import Enum
 from typing import Any
 
 from .checks import reject_unknown, string, type_error
-from .sources import Source, parse_source
+from .citations import Source, parse_source
 
 
 class SettingKind(str, Enum):

@@ -8,7 +8,7 @@ block heatmap of a step the default report does not keep asks the live result fo
 
 from __future__ import annotations
 
-from ..analysis.report import TriageReport
+from ..triage.report import TriageReport
 
 
 def as_report(data, block_steps: tuple[tuple[int, str, str | None], ...] = ()) -> TriageReport:

@@ -4,7 +4,7 @@
     explanation_lines(expl)       # one sentence per explained, unexplained or untestable step
     capture_heatmap(diff)         # rows steps, columns b's ranks and the gathered output
 
-The data are `analysis.capture_diff.CaptureDiff` and `analysis.capture_explain.CaptureExplanation`;
+The data are `explain.diff.CaptureDiff` and `explain.explain.CaptureExplanation`;
 plotly is imported inside `capture_heatmap` only.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
-from ..analysis.capture_diff import ByteRelation, CaptureDiff, Difference, LayoutBase, RankLayout, StepStatus
-from ..analysis.capture_explain import Candidate, CaptureExplanation, Outcome, StepExplanation
-from ..analysis.capture_stories import StoryKind
+from ..explain.diff import ByteRelation, CaptureDiff, Difference, LayoutBase, RankLayout, StepStatus
+from ..explain.explain import Candidate, CaptureExplanation, Outcome, StepExplanation
+from ..explain.stories import StoryKind
 from ._cells import COLOURSCALE, DIVERGED_COLOUR, log10_grid, log_ticks, sci
 
 if TYPE_CHECKING:

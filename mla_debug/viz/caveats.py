@@ -1,6 +1,6 @@
 """A triage's caveats and token positions in words, for the terminal, the HTML report and notebooks.
 
-The caveats are `analysis.caveats.Caveat` values; each becomes one sentence here, the only place they
+The caveats are `triage.caveats.Caveat` values; each becomes one sentence here, the only place they
 are worded. `CaveatLine.warning` marks the one that makes the numbers differ from the model's (more
 tokens than DeepSeek-V3.2's indexer keeps), which readers show in warning colours.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis.caveats import Caveat, CaveatKind
-from ..analysis.positions import TokenPositions
+from ..triage.caveats import Caveat, CaveatKind
+from ..triage.positions import TokenPositions
 
 # Tensor names listed in full up to this many; beyond, the count and the first few.
 _SHOWN = 8

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis.changes import DISABLE_KERNEL, SET_SETTING, causes, describe
+from ..triage.changes import DISABLE_KERNEL, SET_SETTING, causes, describe
 
 _MODE_ORDER = ("prefill", "decode")
 

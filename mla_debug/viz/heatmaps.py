@@ -20,7 +20,7 @@ from ._report_data import as_report, check_mode
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from ..analysis.report import TriageReport
+    from ..triage.report import TriageReport
 
 # Decimals of log10 rel_err kept per block heatmap cell.
 Z_DECIMALS = 4

@@ -5,7 +5,7 @@ it is distributed (per-element error in fp8 ulps, one path over another).
     fig = group_error_heatmap(acc, "unfused", minus="fused")      # where double rounding costs more
     fig = error_histogram(acc, ("fused", "unfused"))              # overlaid, with the theory's bounds
 
-`acc` is a `mla_debug.analysis.NormQuantAccuracy`. plotly is imported inside the functions.
+`acc` is a `mla_debug.triage.NormQuantAccuracy`. plotly is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ._cells import COLOURSCALE, log10_grid, log_ticks, sci
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from ..analysis import NormQuantAccuracy
+    from ..normquant.study import NormQuantAccuracy
 
 # The bounds theory gives, in fp8 ulps: single rounding, and double rounding through bf16 (half a bf16
 # ulp is at most 1/16 of an e4m3 ulp: bf16 keeps 4 more mantissa bits).

@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..analysis.patching import PatchConfirmation, PatchResult, PatchVerdict
-from ..analysis.report import PATCHING_SINCE
+from ..triage.patching import PatchConfirmation, PatchResult, PatchVerdict
+from ..triage.report import PATCHING_SINCE
 from .culprits import configs_label
 
-# Why a step cannot be patched, in the words of `analysis.patching`: its readers take other tensors.
+# Why a step cannot be patched, in the words of `triage.patching`: its readers take other tensors.
 _CANNOT_PATCH = "cannot be patched: the steps after it read more than its recorded output"
 
 

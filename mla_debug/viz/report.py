@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._files import write_atomically
-from ..analysis.changes import causes
-from ..analysis.noise import DIVERGENCE_FACTOR, MIN_THRESHOLD
+from ..triage.changes import causes
+from ..verdict import DIVERGENCE_FACTOR, MIN_THRESHOLD
 from ._cells import sci, violation_lines
 from ._report_data import as_report
 from .caveats import caveat_lines, positions_text
@@ -31,7 +31,7 @@ from .tables import steps_styler, summary_styler
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from ..analysis.report import RunReport, TriageReport
+    from ..triage.report import RunReport, TriageReport
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1.5em auto;

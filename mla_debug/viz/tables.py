@@ -16,7 +16,7 @@ from ._report_data import as_report
 if TYPE_CHECKING:
     from pandas.io.formats.style import Styler
 
-    from ..analysis.report import TriageReport
+    from ..triage.report import TriageReport
 
 # Light red for a diverged row, a darker red for the text of an effective violation (the cause, not a
 # consequence), pale yellow for violations that are recorded but harmless for these shapes.

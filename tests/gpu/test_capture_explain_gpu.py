@@ -24,7 +24,7 @@ import mla_debug as md
 pytestmark = pytest.mark.gpu
 
 # The transformers engine of the CPU tests (rank-by-rank TP, recorded by md.capture) is shared from there.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "explain"))
 
 
 def _engine():

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import mla_debug as md
-from mla_debug.analysis.changes import candidate_workarounds, vllm_class_name
 from mla_debug.kernels import KernelChoice
+from mla_debug.triage.changes import candidate_workarounds, vllm_class_name
 
 AITER_BACKENDS = ["aiter-blockscale", "aiter-triton-blockscale", "aiter-triton-bpreshuffle"]
 

@@ -179,7 +179,7 @@ def fused_v3(transpose: bool = False):
         f"v3-fused-{transpose}",
         v3_fused_norm_quant=True,
         v3_fused_transpose_scale=transpose,
-        v4_norm_quant_backend="torch",
+        norm_quant_backend="torch",
     )
 
 
@@ -277,7 +277,7 @@ def test_v3_fused_producer_backends_agree_bitwise(kv512):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     outputs = []
     for backend in ("torch", "triton"):
-        scen = scenario("vllm-baseline", f"v3-{backend}", v3_fused_norm_quant=True, v4_norm_quant_backend=backend)
+        scen = scenario("vllm-baseline", f"v3-{backend}", v3_fused_norm_quant=True, norm_quant_backend=backend)
         run = md.run_layer(cfg, ckpt, hidden, positions, platform="mi355x", scenario=scen, device=device)
         assert run.records["q_a_layernorm"].kernel == f"fused_qk_rmsnorm_group_quant ({backend})"
         outputs.append(run.output)

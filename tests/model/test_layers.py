@@ -178,7 +178,7 @@ def test_v4_scenario_chooses_the_producer_backend(tiny_v4):
     runs = {}
     for backend in ("torch", "triton"):
         scen = md.scenario(
-            {"base": "vllm-baseline", "name": f"b-{backend}", "behaviour": {"v4_norm_quant_backend": backend}}
+            {"base": "vllm-baseline", "name": f"b-{backend}", "behaviour": {"norm_quant_backend": backend}}
         )
         assert scen.behaviour.v4_fused_norm_quant == base.behaviour.v4_fused_norm_quant
         device = "cuda" if torch.cuda.is_available() else "cpu"

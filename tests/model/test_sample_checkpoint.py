@@ -86,7 +86,7 @@ def test_transformers_v32_attention_reading_the_sample_computes_what_run_layer_d
     with torch.no_grad():
         expected = attention(hidden[None], position_embeddings=(cos, sin), attention_mask=mask)[0][0]
     ckpt = Checkpoint.load(SAMPLE, layer=1)
-    dense = md.analysis.dense_twin(ckpt)
+    dense = md.verdict.dense_twin(ckpt)
     for mode in ("prefill", "decode"):
         run = md.run_layer(dense.cfg, dense, hidden, positions, tp_size=2, mode=mode, dtype=torch.float32)
         assert md.numerics.error_metrics(run.output, expected)["rel_l2"] < 1e-5, mode

@@ -74,7 +74,7 @@ def test_distributed_equals_simulated_under_the_engine_behaviours(tiny):
                 "absorbed_bmm": "fp8-group-quant",
                 "load_order": "remote-kv",
                 "v3_fused_norm_quant": True,
-                "v4_norm_quant_backend": "torch",
+                "norm_quant_backend": "torch",
             },
         }
     )

@@ -145,4 +145,4 @@ def test_a_triage_under_a_profile_records_its_resolution(name, platform, sets):
     )
     report = result.report()
     assert report.profile == scen.resolution
-    assert md.analysis.TriageReport.from_dict(report.to_dict()) == report
+    assert md.triage.TriageReport.from_dict(report.to_dict()) == report

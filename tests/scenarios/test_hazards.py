@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 import mla_debug as md
-from mla_debug.analysis.changes import BEHAVIOUR, HONOUR_FLAGS, SET_SETTING
 from mla_debug.layouts import ViolationKind
+from mla_debug.triage.changes import BEHAVIOUR, HONOUR_FLAGS, SET_SETTING
 
 HAZARDS = Path(__file__).resolve().parents[2] / "data" / "engines" / "hazards"
 

@@ -7,14 +7,14 @@ import math
 import pytest
 import torch
 
-import mla_debug.analysis as A
+import mla_debug.normquant.study as S
 from mla_debug.viz import error_histogram, group_error_heatmap
 from mla_debug.viz.normquant_plots import DOUBLE_ROUNDING_BOUND, SINGLE_ROUNDING_BOUND
 
 
 @pytest.fixture(scope="module")
 def acc():
-    return A.measure_accuracy(A.make_inputs("mixed", 16, 512, seed=0), backend="torch")
+    return S.measure_accuracy(S.make_inputs("mixed", 16, 512, seed=0), backend="torch")
 
 
 def test_group_heatmap_is_rows_by_groups_of_the_metric(acc):

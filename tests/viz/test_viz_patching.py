@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from mla_debug.analysis import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery
-from mla_debug.analysis.report import RunReport, TriageReport
+from mla_debug.triage import PatchConfirmation, PatchResult, PatchVerdict, StepRecovery
+from mla_debug.triage.report import RunReport, TriageReport
 from mla_debug.viz.patching import patching_lines, patching_sentence, recovery_columns, recovery_rows
 
 # Absorbed decode's steps from absorb_uk on, as the layer orders them; all_reduce is the output.

@@ -4,8 +4,8 @@ that is no profile."""
 
 from __future__ import annotations
 
-from mla_debug.analysis.report import RunReport, TriageReport
 from mla_debug.scenarios import AppliedRule, Engine, Resolution, SettingInEffect, SettingKind, Source
+from mla_debug.triage.report import RunReport, TriageReport
 from mla_debug.viz import render_html
 from mla_debug.viz.profile import profile_heading, profile_html, rule_lines, setting_lines
 

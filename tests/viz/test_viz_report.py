@@ -9,8 +9,8 @@ import re
 from viz_triage_cases import BUGGY, FIXED, plotlyjs_copies, result, without_plotly_bundle
 
 import mla_debug as md
-from mla_debug.analysis import DIVERGENCE_FACTOR
-from mla_debug.analysis.changes import causes
+from mla_debug.triage.changes import causes
+from mla_debug.verdict import DIVERGENCE_FACTOR
 from mla_debug.viz import render_html, write_html
 from mla_debug.viz.patching import patching_sentence
 

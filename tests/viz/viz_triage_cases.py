@@ -11,7 +11,7 @@ import re
 from functools import cache
 
 import mla_debug as md
-from mla_debug.analysis import TriageResult, Workbench, triage
+from mla_debug.triage import TriageResult, TriageSession, triage
 from mla_debug.viz.embed import PACKED_ID, unpack_plotlyjs
 
 BUGGY, FIXED = "vllm-pr51692", "vllm-pr56433"
@@ -22,14 +22,14 @@ PLOTLY_BANNER = re.compile(r"\* plotly\.js v\d+\.\d+\.\d+")
 
 
 @cache
-def bench() -> Workbench:
+def session() -> TriageSession:
     cfg = md.MLAConfig.preset("tiny").with_(name="tiny-kv512", kv_lora_rank=512)
-    return Workbench(cfg, "mi355x", tokens=8)
+    return TriageSession(cfg, "mi355x", tokens=8)
 
 
 @cache
 def result(scenario: str = BUGGY) -> TriageResult:
-    return triage(scenario=scenario, bench=bench(), tp_sizes=TP_SIZES, progress=False)
+    return triage(scenario=scenario, session=session(), tp_sizes=TP_SIZES, progress=False)
 
 
 def without_plotly_bundle(text: str) -> str:

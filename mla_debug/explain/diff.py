@@ -1,0 +1,667 @@
+"""Layout diff of two captures of one layer: `md.diff_captures(a, b) -> CaptureDiff`.
+
+Two questions, answered as data (words are made in viz/ and the CLI):
+
+- weights and scales, per rank of each side: are the bytes the base's bytes (`ByteRelation.SAME`),
+  the base's bytes shuffled k times (`SHUFFLED`), a block scale's values in another memory order
+  (`SCALE_ORDER`), or other values (`VALUE`)? The base is the checkpoint when one is known (the one
+  passed, else a side whose weights are in checkpoint layout, `Capture.checkpoint()`): shuffle counts
+  are then absolute. Without one the base is a side's own gathered bytes and counts are relative to it.
+  A weight then differs between the sides in `Difference.LAYOUT` (same values, other order) or in
+  `Difference.VALUE`. The byte tests are `layouts.forensics`' (compare_tensor, identify_scale_layout).
+- activations, per step: the error of b's gathered output against a's, judged by the rule of
+  `triage.diff` (`step_verdict`) against the FP8 noise floor of `verdict` computed for the
+  capture's inputs (`capture_reference.capture_floor`: max of the floors at both TP sizes, as a correct
+  run at either size may sit anywhere below its own). Column-parallel outputs also get b's per-rank
+  slice errors, so a single bad rank shows.
+
+By convention `a` is the baseline (TP2, or mla_debug's reference capture) and `b` the capture under
+test; `diff_captures(capture, reference=True)` builds the reference side from `run_layer` on the
+capture's checkpoint and inputs (`capture_reference.reference_capture`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._json_numbers import float_from_json, float_to_json
+from ..capture import Capture, CapturedTensor, Shard, TensorRole
+from ..layouts import ScaleLayout, VerdictKind, compare_tensor, identify_scale_layout
+from ..layouts.scale_layout import scale_memory
+from ..model import Checkpoint
+from ..model.records import StepRecord
+from ..numerics import cosine, max_abs, rel_l2, snr_db
+from ..verdict import step_verdict
+
+SCHEMA = 1
+KIND = "capture-diff"
+# The step whose floor the layer output is judged by (mla_debug's name of the all-reduced output).
+LAYER_OUTPUT_STEP = "all_reduce"
+FUSED_QKV_A = ("fused_qkv_a_proj", ("q_a_proj", "kv_a_proj_with_mqa"))
+WEIGHT_ROLES = (TensorRole.WEIGHT, TensorRole.WEIGHT_SCALE, TensorRole.DERIVED_WEIGHT)
+
+
+class LayoutBase(str, Enum):
+    """What the weights' bytes are compared with."""
+
+    CHECKPOINT = "checkpoint"  # the checkpoint's bytes, sharded as each side holds them: absolute counts
+    SIDE_A = "a"  # side a's gathered bytes: counts relative to a
+    SIDE_B = "b"  # side b's gathered bytes: counts relative to b
+
+
+class ByteRelation(str, Enum):
+    """How one rank's bytes relate to the base's bytes of the same shard."""
+
+    SAME = "same"
+    SHUFFLED = "shuffled"  # the base shuffled `shuffles` times with `shuffle_layout`
+    SCALE_ORDER = "scale_order"  # a block scale holding the base's values in another order (`scale_layouts`)
+    VALUE = "value"  # other values, in every order tried
+    SHAPE = "shape"  # other shape or element size: the bytes cannot be compared
+
+
+class Difference(str, Enum):
+    """How a weight differs between the two sides."""
+
+    NONE = "none"  # every rank of both sides relates to the base the same way
+    LAYOUT = "layout"  # same values, another order on some rank
+    VALUE = "value"  # other values (or another shape) on some rank
+
+
+class StepStatus(str, Enum):
+    COMPARED = "compared"
+    SHAPE_DIFFERS = "shape_differs"  # the two sides recorded the step in different shapes
+    ONLY_IN_A = "only_in_a"
+    ONLY_IN_B = "only_in_b"
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """One rank of one side: how its bytes of a weight relate to the base's shard."""
+
+    side: str
+    rank: int
+    relation: ByteRelation
+    shuffles: int | None = None
+    shuffle_layout: tuple[int, int] | None = None
+    period: int | None = None
+    same_bytes_as: tuple[int, ...] = ()  # other shuffle counts giving these very bytes (256-byte rows)
+    scale_layouts: tuple[ScaleLayout, ...] = ()
+    transposed: bool = False  # a block scale stored in the transposed shape (K/128, N/128)
+
+    @property
+    def signature(self) -> tuple:
+        """What two ranks must share to hold the same layout of the same values."""
+        if self.relation is ByteRelation.SHUFFLED and self.period:
+            return (self.relation, self.shuffle_layout, self.shuffles % self.period)
+        return (self.relation, self.scale_layouts, self.transposed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "side": self.side,
+            "rank": self.rank,
+            "relation": self.relation.value,
+            "shuffles": self.shuffles,
+            "shuffle_layout": list(self.shuffle_layout) if self.shuffle_layout else None,
+            "period": self.period,
+            "same_bytes_as": list(self.same_bytes_as),
+            "scale_layouts": [s.value for s in self.scale_layouts],
+            "transposed": self.transposed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankLayout:
+        layout = data.get("shuffle_layout")
+        return cls(
+            side=str(data["side"]),
+            rank=int(data["rank"]),
+            relation=ByteRelation(data["relation"]),
+            shuffles=data.get("shuffles"),
+            shuffle_layout=tuple(layout) if layout else None,
+            period=data.get("period"),
+            same_bytes_as=tuple(data.get("same_bytes_as", ())),
+            scale_layouts=tuple(ScaleLayout(s) for s in data.get("scale_layouts", ())),
+            transposed=bool(data.get("transposed", False)),
+        )
+
+
+@dataclass(frozen=True)
+class WeightDiff:
+    """One weight, scale or derived weight: each side's ranks against the base, and the verdict."""
+
+    name: str
+    role: TensorRole
+    base: LayoutBase
+    ranks: tuple[RankLayout, ...]
+    difference: Difference
+
+    def side(self, side: str) -> tuple[RankLayout, ...]:
+        return tuple(r for r in self.ranks if r.side == side)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": self.role.value,
+            "base": self.base.value,
+            "difference": self.difference.value,
+            "ranks": [r.to_dict() for r in self.ranks],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WeightDiff:
+        return cls(
+            name=str(data["name"]),
+            role=TensorRole(data["role"]),
+            base=LayoutBase(data["base"]),
+            ranks=tuple(RankLayout.from_dict(r) for r in data["ranks"]),
+            difference=Difference(data["difference"]),
+        )
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """One step's gathered output of b against a's, by `triage.diff`'s rule.
+
+    `rank_errors` holds b's per-rank slice errors of a column-parallel output (empty otherwise);
+    `floor`/`threshold` are None without a noise floor (then only non-finite values diverge).
+    """
+
+    step: str
+    status: StepStatus
+    rel_err: float = math.nan
+    max_abs: float = math.nan
+    cosine: float = math.nan
+    snr_db: float = math.nan
+    floor: float | None = None
+    threshold: float | None = None
+    diverged: bool = False
+    rank_errors: tuple[float, ...] = ()
+    shape_a: tuple[int, ...] = ()
+    shape_b: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "status": self.status.value,
+            "rel_err": float_to_json(self.rel_err),
+            "max_abs": float_to_json(self.max_abs),
+            "cosine": float_to_json(self.cosine),
+            "snr_db": float_to_json(self.snr_db),
+            "floor": float_to_json(self.floor),
+            "threshold": float_to_json(self.threshold),
+            "diverged": self.diverged,
+            "rank_errors": [float_to_json(e) for e in self.rank_errors],
+            "shape_a": list(self.shape_a),
+            "shape_b": list(self.shape_b),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepComparison:
+        step = str(data["step"])
+
+        def number(key: str) -> float:
+            value = float_from_json(data.get(key), f"step {step}: {key}")
+            return math.nan if value is None else value
+
+        return cls(
+            step=step,
+            status=StepStatus(data["status"]),
+            rel_err=number("rel_err"),
+            max_abs=number("max_abs"),
+            cosine=number("cosine"),
+            snr_db=number("snr_db"),
+            floor=float_from_json(data.get("floor"), f"step {step}: floor"),
+            threshold=float_from_json(data.get("threshold"), f"step {step}: threshold"),
+            diverged=bool(data.get("diverged", False)),
+            rank_errors=tuple(
+                math.nan if (v := float_from_json(e, f"step {step}: rank_errors")) is None else v
+                for e in data.get("rank_errors", ())
+            ),
+            shape_a=tuple(data.get("shape_a", ())),
+            shape_b=tuple(data.get("shape_b", ())),
+        )
+
+
+@dataclass(frozen=True)
+class CaptureSide:
+    """What identifies one side of a diff (no tensors)."""
+
+    engine: str
+    engine_version: str | None
+    tp_size: int
+    layer: int
+    mode: str | None
+    tokens: int
+
+    @classmethod
+    def of(cls, capture: Capture) -> CaptureSide:
+        m = capture.manifest
+        return cls(m.engine.name, m.engine.version, m.tp_size, m.layer, m.mode, len(m.tokens))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaptureSide:
+        return cls(**{k: data[k] for k in ("engine", "engine_version", "tp_size", "layer", "mode", "tokens")})
+
+
+@dataclass(frozen=True)
+class CaptureDiff:
+    """Weights (per rank) and steps (gathered, plus b's per-rank slices) of capture b against capture a."""
+
+    a: CaptureSide
+    b: CaptureSide
+    base: LayoutBase
+    weights: tuple[WeightDiff, ...] = ()
+    steps: tuple[StepComparison, ...] = ()
+    floor_source: str | None = None  # what the noise floor was computed from; None: no floor
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def diverged_steps(self) -> list[str]:
+        return [s.step for s in self.steps if s.diverged]
+
+    @property
+    def first_divergent(self) -> StepComparison | None:
+        return next((s for s in self.steps if s.diverged), None)
+
+    @property
+    def layout_differences(self) -> list[WeightDiff]:
+        return [w for w in self.weights if w.difference is Difference.LAYOUT]
+
+    @property
+    def value_differences(self) -> list[WeightDiff]:
+        return [w for w in self.weights if w.difference is Difference.VALUE]
+
+    def step(self, name: str) -> StepComparison:
+        for s in self.steps:
+            if s.step == name:
+                return s
+        raise KeyError(f"no step {name!r} in the diff; steps: {[s.step for s in self.steps]}")
+
+    def weight(self, name: str) -> WeightDiff:
+        for w in self.weights:
+            if w.name == name:
+                return w
+        raise KeyError(f"no weight {name!r} in the diff; weights: {[w.name for w in self.weights]}")
+
+    @property
+    def table(self):
+        """pandas DataFrame, one row per step: errors, yardsticks, divergence, b's per-rank errors."""
+        import pandas as pd  # here: the package works without pandas
+
+        rows = [
+            {
+                "step": s.step,
+                "status": s.status.value,
+                "rel_err": s.rel_err,
+                "max_abs": s.max_abs,
+                "cosine": s.cosine,
+                "snr_db": s.snr_db,
+                "floor": s.floor,
+                "threshold": s.threshold,
+                "diverged": s.diverged,
+                **{f"rank{r}": e for r, e in enumerate(s.rank_errors)},
+            }
+            for s in self.steps
+        ]
+        return pd.DataFrame(rows)
+
+    @property
+    def weights_table(self):
+        """pandas DataFrame, one row per (weight, side, rank): the byte relation to the base."""
+        import pandas as pd
+
+        rows = [
+            {
+                "tensor": w.name,
+                "role": w.role.value,
+                "difference": w.difference.value,
+                "side": r.side,
+                "rank": r.rank,
+                "relation": r.relation.value,
+                "shuffles": r.shuffles,
+                "shuffle_layout": r.shuffle_layout,
+                "scale_layouts": tuple(s.name for s in r.scale_layouts),
+                "transposed": r.transposed,
+            }
+            for w in self.weights
+            for r in w.ranks
+        ]
+        return pd.DataFrame(rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": KIND,
+            "schema": SCHEMA,
+            "a": self.a.to_dict(),
+            "b": self.b.to_dict(),
+            "base": self.base.value,
+            "floor_source": self.floor_source,
+            "notes": list(self.notes),
+            "weights": [w.to_dict() for w in self.weights],
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaptureDiff:
+        if data.get("kind") != KIND or data.get("schema") != SCHEMA:
+            raise ValueError(
+                f"not a capture diff of schema {SCHEMA}: kind {data.get('kind')!r}, schema {data.get('schema')!r}"
+            )
+        return cls(
+            a=CaptureSide.from_dict(data["a"]),
+            b=CaptureSide.from_dict(data["b"]),
+            base=LayoutBase(data["base"]),
+            weights=tuple(WeightDiff.from_dict(w) for w in data.get("weights", ())),
+            steps=tuple(StepComparison.from_dict(s) for s in data.get("steps", ())),
+            floor_source=data.get("floor_source"),
+            notes=tuple(data.get("notes", ())),
+        )
+
+    def to_json(self, path: str | os.PathLike) -> Path:
+        """Write as JSON, never overwriting (a taken name gets `-2`, `-3`, ...); returns the path written."""
+        from .._files import write_atomically
+
+        return write_atomically(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CaptureDiff:
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not JSON ({err})") from None
+        return cls.from_dict(data)
+
+
+# -- weights -----------------------------------------------------------------------------------------
+
+
+def _shard_of(full: torch.Tensor, part: CapturedTensor, tp_size: int, rank: int) -> torch.Tensor | None:
+    """The slice of `full` that `part` (rank `rank` of `tp_size`) holds, or None when it cannot be cut."""
+    if part.shard is not Shard.SPLIT:
+        return full
+    dim = part.shard_dim % full.dim() if full.dim() else 0
+    if full.dim() == 0 or full.shape[dim] % tp_size:
+        return None
+    return full.chunk(tp_size, dim=dim)[rank]
+
+
+def _scale_relation(side: str, rank: int, obs: torch.Tensor, ref: torch.Tensor) -> RankLayout:
+    """A block scale against the base's values: same memory order, another presentation, or other values."""
+    if obs.dim() != 2 or ref.dim() != 2 or obs.dtype != ref.dtype:
+        return RankLayout(side, rank, ByteRelation.SHAPE)
+    transposed = obs.shape != ref.shape
+    if transposed and tuple(obs.shape) != tuple(ref.shape)[::-1]:
+        return RankLayout(side, rank, ByteRelation.SHAPE)
+    buffer = obs.t() if transposed else obs
+    found = identify_scale_layout(buffer, ref)
+    if not transposed and ScaleLayout.ROW_MAJOR in found:
+        return RankLayout(side, rank, ByteRelation.SAME)
+    if found:
+        return RankLayout(side, rank, ByteRelation.SCALE_ORDER, scale_layouts=found, transposed=transposed)
+    if (
+        not transposed
+        and obs.is_contiguous()
+        and ref.is_contiguous()
+        and torch.equal(scale_memory(obs), scale_memory(ref))
+    ):
+        return RankLayout(side, rank, ByteRelation.SAME)
+    return RankLayout(side, rank, ByteRelation.VALUE)
+
+
+def byte_relation(
+    name: str, role: TensorRole, side: str, rank: int, obs: torch.Tensor, ref: torch.Tensor
+) -> RankLayout:
+    """How `obs` (one rank's tensor) relates to `ref` (the base's shard of it)."""
+    if role is TensorRole.WEIGHT_SCALE:
+        return _scale_relation(side, rank, obs, ref)
+    verdict = compare_tensor(name, obs, ref)
+    kind = verdict.kind
+    if kind is VerdictKind.PLAIN:
+        return RankLayout(
+            side, rank, ByteRelation.SAME, shuffles=0, same_bytes_as=tuple(m.shuffles for m in verdict.same_bytes_as)
+        )
+    if kind is VerdictKind.SHUFFLED:
+        m = verdict.match
+        return RankLayout(side, rank, ByteRelation.SHUFFLED, m.shuffles, tuple(m.layout), m.period)
+    if kind in (VerdictKind.SHAPE_DIFFERS, VerdictKind.DTYPE_DIFFERS):
+        return RankLayout(side, rank, ByteRelation.SHAPE)
+    return RankLayout(side, rank, ByteRelation.VALUE)
+
+
+def checkpoint_tensor(ckpt: Checkpoint, name: str) -> torch.Tensor | None:
+    """The checkpoint's full tensor for a captured weight name (a fused q_a/kv_a linear concatenated from
+    its two modules), or None when the checkpoint has nothing under that name."""
+    if name in ckpt.tensors:
+        return ckpt.tensors[name]
+    fused, parts = FUSED_QKV_A
+    if name.startswith(f"{fused}."):
+        suffix = name[len(fused) :]
+        pieces = [ckpt.tensors.get(p + suffix) for p in parts]
+        if all(p is not None for p in pieces):
+            return torch.cat(pieces, dim=0)
+    return None
+
+
+def _relate_side(name: str, role: TensorRole, side: str, capture: Capture, full: torch.Tensor) -> list[RankLayout]:
+    found = []
+    for rank in sorted(capture.ranks, key=lambda r: r.rank):
+        part = rank.tensors[name]
+        ref = _shard_of(full, part, capture.tp_size, rank.rank)
+        if ref is None:
+            found.append(RankLayout(side, rank.rank, ByteRelation.SHAPE))
+        else:
+            found.append(byte_relation(name, role, side, rank.rank, part.tensor, ref))
+    return found
+
+
+def _difference(ranks: list[RankLayout]) -> Difference:
+    if any(r.relation in (ByteRelation.VALUE, ByteRelation.SHAPE) for r in ranks):
+        return Difference.VALUE
+    return Difference.NONE if len({r.signature for r in ranks}) == 1 else Difference.LAYOUT
+
+
+def _comparable(relations: list[RankLayout]) -> bool:
+    return all(r.relation not in (ByteRelation.VALUE, ByteRelation.SHAPE) for r in relations)
+
+
+def diff_weight(name: str, a: Capture, b: Capture, ckpt: Checkpoint | None) -> WeightDiff:
+    """One weight of both sides against the checkpoint, or (without it) against a side's gathered bytes."""
+    role = a.ranks[0].tensors[name].role
+    full = checkpoint_tensor(ckpt, name) if ckpt is not None else None
+    if full is not None:
+        ranks = _relate_side(name, role, "a", a, full) + _relate_side(name, role, "b", b, full)
+        return WeightDiff(name, role, LayoutBase.CHECKPOINT, tuple(ranks), _difference(ranks))
+    attempts = []
+    for base, own, other, other_side in ((LayoutBase.SIDE_A, a, b, "b"), (LayoutBase.SIDE_B, b, a, "a")):
+        try:
+            full = own.gathered(name)
+        except (ValueError, KeyError):
+            continue
+        own_ranks = _relate_side(name, role, base.value, own, full)
+        other_ranks = _relate_side(name, role, other_side, other, full)
+        ranks = sorted(own_ranks + other_ranks, key=lambda r: (r.side, r.rank))
+        attempts.append((base, ranks))
+        if _comparable(other_ranks):
+            return WeightDiff(name, role, base, tuple(ranks), _difference(ranks))
+    if not attempts:
+        ranks = [RankLayout(s, r.rank, ByteRelation.SHAPE) for s, c in (("a", a), ("b", b)) for r in c.ranks]
+        return WeightDiff(name, role, LayoutBase.SIDE_A, tuple(ranks), Difference.VALUE)
+    base, ranks = attempts[0]
+    return WeightDiff(name, role, base, tuple(ranks), Difference.VALUE)
+
+
+# -- steps -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Records:
+    """What `verdict.step_verdict` reads of a reference run: its records by step."""
+
+    records: dict[str, StepRecord]
+
+
+def step_name(output_name: str) -> str:
+    """The op an output tensor belongs to (`q_b_proj.output` -> "q_b_proj"; `layer.output` -> "layer")."""
+    return output_name.removesuffix(".output")
+
+
+def floor_key(output_name: str, tensor: CapturedTensor, floor: dict[str, float] | None) -> str:
+    """The mla_debug step whose noise floor judges an output: its own op when the floor has it, else
+    the step the capture tied it to (q_a_proj's output belongs to fused_qkv_a); the layer output is
+    judged as the all-reduce."""
+    if output_name == "layer.output":
+        return LAYER_OUTPUT_STEP
+    op = step_name(output_name)
+    if floor is None or op in floor or tensor.step is None:
+        return op
+    return tensor.step
+
+
+def _rank_errors(out_a: torch.Tensor, out_b: torch.Tensor, part: CapturedTensor, tp_size: int) -> tuple[float, ...]:
+    if part.shard is not Shard.SPLIT or tp_size == 1:
+        return ()
+    dim = part.shard_dim % out_b.dim()
+    if out_b.shape[dim] % tp_size:
+        return ()
+    return tuple(rel_l2(x, y) for x, y in zip(out_b.chunk(tp_size, dim), out_a.chunk(tp_size, dim)))
+
+
+def compare_step(output_name: str, a: Capture, b: Capture, floor: dict[str, float] | None) -> StepComparison:
+    step = step_name(output_name)
+    out_a, out_b = a.gathered(output_name), b.gathered(output_name)
+    if out_a.shape != out_b.shape:
+        return StepComparison(step, StepStatus.SHAPE_DIFFERS, shape_a=tuple(out_a.shape), shape_b=tuple(out_b.shape))
+    key = floor_key(output_name, b.ranks[0].tensors[output_name], floor)
+    verdict = step_verdict(StepRecord(key, out_b), _Records({key: StepRecord(key, out_a)}), floor)
+    err, step_floor, limit, diverged = verdict
+    return StepComparison(
+        step=step,
+        status=StepStatus.COMPARED,
+        rel_err=err,
+        max_abs=max_abs(out_b, out_a),
+        cosine=cosine(out_b, out_a),
+        snr_db=snr_db(out_b, out_a),
+        floor=step_floor,
+        threshold=limit,
+        diverged=diverged,
+        rank_errors=_rank_errors(out_a, out_b, b.ranks[0].tensors[output_name], b.tp_size),
+        shape_a=tuple(out_a.shape),
+        shape_b=tuple(out_b.shape),
+    )
+
+
+# -- the diff ----------------------------------------------------------------------------------------
+
+
+def check_comparable(a: Capture, b: Capture) -> None:
+    """Same layer config, layer index and token positions, else a ValueError naming what differs."""
+    ca, cb = a.cfg.to_dict(), b.cfg.to_dict()
+    differ = [k for k in ca if k not in ("name", "quantized") and ca[k] != cb.get(k)]
+    if differ:
+        raise ValueError(f"diff_captures: the captures hold differently shaped layers; they differ in {differ}")
+    if a.manifest.layer != b.manifest.layer:
+        raise ValueError(f"diff_captures: capture a holds layer {a.manifest.layer}, capture b layer {b.manifest.layer}")
+    if a.manifest.positions != b.manifest.positions:
+        raise ValueError(
+            f"diff_captures: the captures ran other tokens: positions {list(a.manifest.positions)[:8]}... "
+            f"and {list(b.manifest.positions)[:8]}...; capture both on the same inputs"
+        )
+
+
+def known_checkpoint(a: Capture, b: Capture, checkpoint: Checkpoint | None) -> Checkpoint | None:
+    """The checkpoint given, else one a side holds in checkpoint layout (a's first), else None."""
+    if checkpoint is not None:
+        return checkpoint
+    for side in (a, b):
+        try:
+            return side.checkpoint()
+        except (ValueError, KeyError):
+            continue
+    return None
+
+
+def _floor(a: Capture, b: Capture, ckpt: Checkpoint) -> dict[str, float]:
+    from .reference import capture_floor
+
+    return capture_floor(a, ckpt, tuple(sorted({a.tp_size, b.tp_size})))
+
+
+def _outputs(capture: Capture) -> list[str]:
+    return [n for n in capture.names(TensorRole.OUTPUT)]
+
+
+def diff_captures(
+    a: Capture,
+    b: Capture | None = None,
+    checkpoint: Checkpoint | None = None,
+    *,
+    reference: bool = False,
+    floor: dict[str, float] | None = None,
+) -> CaptureDiff:
+    """Diff capture `b` against capture `a` (see the module docstring).
+
+    `checkpoint` is the layer's weights when neither capture holds them in checkpoint layout; it makes
+    shuffle counts absolute and gives the noise floor. ``reference=True`` (without `b`) diffs `a`
+    against mla_debug's reference run of that checkpoint on a's inputs (then the reference is side a).
+    `floor` overrides the computed noise floor (per mla_debug step name).
+
+    >>> diff = md.diff_captures(md.load_capture("tp2"), md.load_capture("tp4"))
+    >>> diff.diverged_steps, [w.name for w in diff.layout_differences]
+    """
+    if reference:
+        if b is not None:
+            raise ValueError("diff_captures: pass either b or reference=True, not both")
+        ckpt = known_checkpoint(a, a, checkpoint)
+        if ckpt is None:
+            raise ValueError(
+                "diff_captures(reference=True): the capture's weights are not in checkpoint layout; "
+                "pass checkpoint= (the checkpoint the engine loaded)"
+            )
+        from .reference import reference_capture
+
+        a, b = reference_capture(a, ckpt), a
+        checkpoint = ckpt
+    elif b is None:
+        raise ValueError("diff_captures: give a second capture b, or reference=True")
+    check_comparable(a, b)
+    ckpt = known_checkpoint(a, b, checkpoint)
+    notes: list[str] = []
+    floor_source = None
+    if floor is None and ckpt is not None:
+        floor = _floor(a, b, ckpt)
+        floor_source = (
+            f"reference run vs fp32 truth of {ckpt.source or 'the checkpoint'} at TP {sorted({a.tp_size, b.tp_size})}"
+        )
+    elif floor is not None:
+        floor_source = "given"
+    else:
+        notes.append("no checkpoint: no noise floor, so only non-finite outputs count as diverged")
+    names_b = {n for n in b.names() if b.ranks[0].tensors[n].role in WEIGHT_ROLES}
+    weights = tuple(
+        diff_weight(n, a, b, ckpt) for n in a.names() if a.ranks[0].tensors[n].role in WEIGHT_ROLES and n in names_b
+    )
+    outputs_b = set(_outputs(b))
+    steps = []
+    for name in _outputs(a):
+        if name in outputs_b:
+            steps.append(compare_step(name, a, b, floor))
+        else:
+            steps.append(StepComparison(step_name(name), StepStatus.ONLY_IN_A))
+    steps += [StepComparison(step_name(n), StepStatus.ONLY_IN_B) for n in _outputs(b) if n not in set(_outputs(a))]
+    base = LayoutBase.CHECKPOINT if ckpt is not None else (weights[0].base if weights else LayoutBase.SIDE_A)
+    return CaptureDiff(CaptureSide.of(a), CaptureSide.of(b), base, weights, tuple(steps), floor_source, tuple(notes))
+
+
+def load_capture_diff(path: str | os.PathLike) -> CaptureDiff:
+    """A capture diff written by `CaptureDiff.to_json` (or `mla-debug capture diff --json`)."""
+    return CaptureDiff.load(path)
