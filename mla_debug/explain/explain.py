@@ -34,7 +34,8 @@ import torch
 
 from .._json_numbers import float_from_json, float_to_json
 from ..capture import Capture, CapturedTensor, Shard, TensorRole
-from ..layouts import ScaleLayout
+from ..kernels.vllm_cpu import VLLM_CLASS as W8A16_VLLM_CLASS
+from ..layouts import ScaleLayout, can_vnni_pack, vnni_pack, vnni_unpack
 from ..model import Checkpoint
 from ..model.norms import rms_norm
 from ..numerics import rel_l2
@@ -83,6 +84,7 @@ STEP_NORMS = ("q_a_layernorm", "kv_a_layernorm")
 # The step whose unquantized output a pre-quantized input of this step was made from.
 PRODUCERS = {"q_b_proj": "q_a_layernorm", "kv_b_proj": "kv_a_layernorm", "o_proj": "attention"}
 DERIVED = {"W_UK": "absorb_uk", "W_UV": "absorb_uv"}
+W8A16_KERNEL = W8A16_VLLM_CLASS
 
 
 class Outcome(str, Enum):
@@ -104,6 +106,7 @@ class Candidate:
     weight_unshuffles: int | None = None
     weight_scale: ScaleLayout | None = None
     act_scale: ScaleLayout | None = None
+    weight_vnni_unpack: bool = False
 
     @property
     def is_correct(self) -> bool:
@@ -118,6 +121,7 @@ class Candidate:
             "weight_unshuffles": self.weight_unshuffles,
             "weight_scale": None if self.weight_scale is None else self.weight_scale.value,
             "act_scale": None if self.act_scale is None else self.act_scale.value,
+            **({"weight_vnni_unpack": True} if self.weight_vnni_unpack else {}),
         }
 
     @classmethod
@@ -135,6 +139,7 @@ class Candidate:
             weight_unshuffles=data.get("weight_unshuffles"),
             weight_scale=None if ws is None else ScaleLayout(ws),
             act_scale=None if act is None else ScaleLayout(act),
+            weight_vnni_unpack=bool(data.get("weight_vnni_unpack", False)),
         )
 
 
@@ -314,6 +319,7 @@ def _held(layout: RankLayout | None, scale_layout: RankLayout | None, written: S
         period = 2 if 2 in same else 1
     elif layout is not None and layout.relation is ByteRelation.SHUFFLED:
         shuffles, period = layout.shuffles, layout.period or 1
+    vnni = layout is not None and layout.relation is ByteRelation.VNNI_PACKED
     weight_scale = None
     if scale_layout is None or scale_layout.relation is ByteRelation.SAME:
         weight_scale = ScaleLayout.ROW_MAJOR
@@ -321,7 +327,7 @@ def _held(layout: RankLayout | None, scale_layout: RankLayout | None, written: S
         weight_scale = (
             ScaleLayout.ROW_MAJOR if ScaleLayout.ROW_MAJOR in scale_layout.scale_layouts else ScaleLayout.COL_MAJOR
         )
-    return Held(shuffles, period, same, weight_scale, written)
+    return Held(shuffles, period, same, weight_scale, written, vnni)
 
 
 def _rank_candidates(results: dict[tuple, list[float]], keys: dict[tuple, tuple]) -> tuple[Candidate, ...]:
@@ -332,7 +338,10 @@ def _rank_candidates(results: dict[tuple, list[float]], keys: dict[tuple, tuple]
         scored.append((kinds, reading, worst, tuple(errors)))
     scored.sort(key=lambda s: (math.isnan(s[2]), s[2], len(s[0])))
     return tuple(
-        Candidate(i + 1, kinds, worst, errors, reading.weight_unshuffles, reading.weight_scale, reading.act_scale)
+        Candidate(
+            i + 1, kinds, worst, errors, reading.weight_unshuffles, reading.weight_scale, reading.act_scale,
+            reading.weight_vnni_unpack,
+        )
         for i, (kinds, reading, worst, errors) in enumerate(scored)
     )
 
@@ -416,6 +425,7 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
             reference_weight=_shard(dense_full, like, tp, rank.rank),
             out_dtype=out.dtype,
             block=tuple(ckpt.cfg.weight_block),
+            w8a16=act is None and _w8a16(like),
         )
         producer_out = t.get(f"{producer}.output") if producer else None
         written = written_act_order(
@@ -426,7 +436,7 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
         observed.append(out.reshape(ops.x.shape[0], -1))
         for reading in linear_readings(ops, held):
             kinds = reading_kinds(reading, held) or (StoryKind.CORRECT,)
-            key = (kinds, reading.weight_unshuffles, reading.weight_scale, reading.act_scale)
+            key = (kinds, reading.weight_unshuffles, reading.weight_scale, reading.act_scale, reading.weight_vnni_unpack)
             keys[key] = (kinds, reading)
             outputs.setdefault(key, []).append(compute_reading(ops, reading, held))
     reduced = _reduced_in_module(capture, step, module)
@@ -444,6 +454,12 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
     return StepExplanation(
         step, judge(candidates, tolerance), candidates, tolerance, f"{module}.weight", tuple(held_all), written
     )
+
+
+def _w8a16(weight: CapturedTensor | None) -> bool:
+    """Whether the engine multiplied this weight with a W8A16 kernel (the input stays unquantized):
+    vLLM CPU's CPUFp8BlockScaledMMKernel, named in the capture's kernel attribute."""
+    return weight is not None and W8A16_KERNEL in str(weight.attrs.get("kernel", ""))
 
 
 def _reduced_in_module(capture: Capture, step: str, module: str) -> bool:
@@ -486,7 +502,10 @@ def explain_norm(step: str, capture: Capture, ckpt: Checkpoint, tolerance: float
 
 def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplanation:
     """W_UK / W_UV as kept by the engine against their derivation from the checkpoint's kv_b_proj
-    values and from the captured kv_b_proj bytes read directly."""
+    values and from the captured kv_b_proj bytes read directly. A derived weight the engine keeps
+    VNNI-packed (attrs layout "vnni") is un-packed first; where the engine released kv_b_proj after
+    deriving (the manifest's `unrecorded`), the story tested is the checkpoint's bytes VNNI-packed and
+    read directly (vLLM CPU's guard on kv_b_proj dropped)."""
     step = DERIVED[name]
     cfg = ckpt.cfg
     full = ckpt.tensors["kv_b_proj.weight"]
@@ -496,34 +515,46 @@ def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplan
     heads = cfg.num_heads // tp
     dtype_size = capture.ranks[0].tensors[name].tensor.element_size()
     tolerance = DERIVED_TOLERANCE.get(dtype_size, DERIVED_TOLERANCE[2])
+    released = any(u.name == "kv_b_proj.weight" for u in capture.manifest.unrecorded)
     results: dict[tuple, list[float]] = {}
     keys: dict[tuple, tuple] = {}
     held_all = []
     for rank in _ranks(capture):
         t = rank.tensors
         observed = t[name].tensor
+        if t[name].attrs.get("layout") == "vnni":
+            observed = vnni_unpack(observed, name=name)
         like = t.get("kv_b_proj.weight")
-        correct = derived_from(
-            _shard(dense_full, like, tp, rank.rank), heads, cfg.qk_nope_head_dim, cfg.v_head_dim, name
-        )
+        # kv_b_proj is column-parallel: each rank derives from its rows (its heads), recorded or not.
+        dense = dense_full.chunk(tp, dim=0)[rank.rank] if like is None else _shard(dense_full, like, tp, rank.rank)
+        correct = derived_from(dense, heads, cfg.qk_nope_head_dim, cfg.v_head_dim, name)
         key = ((StoryKind.CORRECT,), None)
         keys[key] = ((StoryKind.CORRECT,), Reading())
         results.setdefault(key, []).append(fitted_rel_err(observed, correct))
-        if like is None:
-            continue
-        layout = byte_relation(
-            "kv_b_proj.weight", TensorRole.WEIGHT, "capture", rank.rank, like.tensor, _shard(full, like, tp, rank.rank)
-        )
-        held_all.append(layout)
-        held = _held(layout, None, None)
         wscale = t.get("kv_b_proj.weight_scale_inv")
-        if held.shuffles is None or (like.tensor.element_size() == 1 and wscale is None):
+        if like is None and released:
+            # The bytes are gone: test the hypothesis that they were the checkpoint's shard VNNI-packed.
+            shard = full.chunk(tp, dim=0)[rank.rank]
+            if not can_vnni_pack(tuple(shard.shape), shard.dtype) or (shard.element_size() == 1 and scale_full is None):
+                continue
+            weight, held = vnni_pack(shard.contiguous(), name="kv_b_proj.weight"), Held(None, vnni=True)
+            block_scale = None if scale_full is None else scale_full.chunk(tp, dim=0)[rank.rank]
+        elif like is not None:
+            layout = byte_relation(
+                "kv_b_proj.weight", TensorRole.WEIGHT, "capture", rank.rank, like.tensor, _shard(full, like, tp, rank.rank)
+            )
+            held_all.append(layout)
+            held = _held(layout, None, None)
+            weight, block_scale = like.tensor, None if wscale is None else wscale.tensor
+        else:
+            continue
+        if not held.checkpoint_bytes or (weight.element_size() == 1 and block_scale is None):
             continue
         ops = LinearOperands(
-            x=torch.empty(0, like.tensor.shape[1]),
+            x=torch.empty(0, weight.shape[1]),
             act_scale=None,
-            weight=like.tensor,
-            weight_scale=None if wscale is None else wscale.tensor,
+            weight=weight,
+            weight_scale=block_scale,
             reference_weight=correct,
             out_dtype=torch.float32,
             block=tuple(cfg.weight_block),
@@ -531,7 +562,7 @@ def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplan
         for unshuffles in (0, 1):
             reading = Reading(weight_unshuffles=unshuffles)
             kinds = reading_kinds(reading, held)
-            if not kinds or (unshuffles and ops.weight.shape[0] % 16):
+            if not kinds or (unshuffles and (held.vnni or ops.weight.shape[0] % 16)):
                 continue
             kinds = (StoryKind.DERIVED_FROM_RELAID,) + kinds
             values = weight_values(ops, unshuffles, ScaleLayout.ROW_MAJOR if scale_full is not None else None)
@@ -543,6 +574,17 @@ def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplan
     complete = {k: v for k, v in results.items() if len(v) == len(capture.ranks)}
     candidates = _rank_candidates(complete, keys)
     return StepExplanation(step, judge(candidates, tolerance), candidates, tolerance, name, tuple(held_all))
+
+
+def explain_unrecorded(capture: Capture) -> list[StepExplanation]:
+    """A step whose weight the engine released after loading (the manifest's `unrecorded`): untestable,
+    saying why and under which attention backend."""
+    found = []
+    for item in capture.manifest.unrecorded:
+        module, _, _ = item.name.partition(".")
+        if module in STEP_LINEARS.values() and f"{module}.output" not in capture.ranks[0].tensors:
+            found.append(StepExplanation(module, Outcome.UNTESTABLE, missing=(f"{item.name}: {item.detail}",)))
+    return found
 
 
 def _tolerance(diff: CaptureDiff | None, step: str, default: float) -> tuple[float, float | None]:
@@ -592,6 +634,7 @@ def explain_capture(
     for name in DERIVED:
         if name in capture.ranks[0].tensors and DERIVED[name] not in chosen:
             explanations.append(explain_derived(name, capture, ckpt))
+    explanations += [e for e in explain_unrecorded(capture) if e.step not in chosen]
     return CaptureExplanation(tuple(explanations), diff)
 
 
