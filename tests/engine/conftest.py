@@ -7,7 +7,8 @@ x (AMX_MLA, CPU_MLA) - each run capturing three layers of one model whose plugin
 two of them (tests/engine/plugin): layer 1 is clean, layer 2 has kv_b_proj's guard dropped
 ("kv-b-guard"), layer 3 o_proj's reader told its packed weight is plain ("o-proj-plain-read"). The runs
 are shared by every test of the session (and by pytest-xdist's workers, through a lock and the run's id)
-and kept under build/engine/ (git-ignored) until the next session replaces them.
+and kept under build/engine/ (git-ignored) until the next session replaces them;
+``MLA_DEBUG_ENGINE_RUNS=build/engine/run-XXXXXXXX`` re-checks a finished run without launching.
 
 Skips, with the reason: no .venv-vllm; a CPU with neither AMX tiles nor AVX512-BF16. On AVX512-BF16
 without AMX (AMD Zen 4, ...) the plugin opens vLLM's AMX gate (`MLA_DEBUG_AMX_GATE=1`): the compiled
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 from engine_tier import BACKENDS, BUILD, LAYERS, TP_SIZES, EngineRun, engine_mode, run_all
@@ -32,9 +35,12 @@ def engine_runs(testrun_uid) -> dict[tuple[int, str], EngineRun]:
         pytest.skip(why)
     BUILD.mkdir(parents=True, exist_ok=True)
     root = BUILD / f"run-{testrun_uid[:8]}"
+    reuse = os.environ.get("MLA_DEBUG_ENGINE_RUNS")  # a finished run folder, to re-check without launching
+    if reuse:
+        root = Path(reuse).resolve()
     with open(BUILD / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "tier.json").exists():
+        if not reuse and not (root / "tier.json").exists():
             for old in BUILD.glob("run-*"):
                 shutil.rmtree(old, ignore_errors=True)
             root.mkdir(parents=True)

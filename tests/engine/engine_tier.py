@@ -102,23 +102,25 @@ def run_all(mode: str, root: Path) -> dict:
     first = (1, BACKENDS[0])
     timings, failures, started_all = {}, [], time.perf_counter()
     for pair in pairs:
-        running = []
-        for tp, backend in pair[:CONCURRENT]:
-            checks = root / "op-checks.safetensors" if (tp, backend) == first else None
-            running.append(((tp, backend), _launch(mode, model, tp, backend, root / f"tp{tp}-{backend}", checks), time.perf_counter()))
-        for (tp, backend) in pair[CONCURRENT:]:  # CONCURRENT=1: one at a time
-            running.append(((tp, backend), None, None))
-        for _index, (key, process, since) in enumerate(running):
-            if process is None:
+        waiting, running = list(pair), {}
+        while waiting or running:
+            while waiting and len(running) < CONCURRENT:
+                key = waiting.pop(0)
                 checks = root / "op-checks.safetensors" if key == first else None
-                process, since = _launch(mode, model, key[0], key[1], root / f"tp{key[0]}-{key[1]}", checks), time.perf_counter()
-            try:
-                process.wait(timeout=max(1.0, LAUNCH_TIMEOUT_S - (time.perf_counter() - since)))
-            except subprocess.TimeoutExpired:
-                _stop(process)
-            timings[f"tp{key[0]}-{key[1]}"] = round(time.perf_counter() - since, 1)
-            if process.returncode != 0:
-                failures.append(f"tp{key[0]} {key[1]} exited {process.returncode} (log: {root / f'tp{key[0]}-{key[1]}' / 'engine.log'})")
+                out = root / f"tp{key[0]}-{key[1]}"
+                running[key] = (_launch(mode, model, key[0], key[1], out, checks), time.perf_counter())
+            time.sleep(0.5)
+            for key, (process, since) in list(running.items()):
+                overran = time.perf_counter() - since > LAUNCH_TIMEOUT_S
+                if process.poll() is None and not overran:
+                    continue
+                if process.poll() is None:
+                    _stop(process)
+                del running[key]
+                timings[f"tp{key[0]}-{key[1]}"] = round(time.perf_counter() - since, 1)
+                if process.returncode != 0:
+                    log = root / f"tp{key[0]}-{key[1]}" / "engine.log"
+                    failures.append(f"tp{key[0]} {key[1]} exited {process.returncode} (log: {log})")
     summary = {"mode": mode, "wall_s": round(time.perf_counter() - started_all, 1), "launch_s": timings, "failures": failures}
     (root / "tier.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
