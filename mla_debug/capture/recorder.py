@@ -212,6 +212,7 @@ class LayerCapture:
         self.path: Path | None = None
         self._handles: list[Any] = []
         self._calls = 0
+        self._stashed: dict[str, tuple] = {}
         self._inside = False
         self._rows: int | None = None
         self._positions: list[int] | None = None
@@ -340,14 +341,18 @@ class LayerCapture:
                 f"capture: the call of {self.attention_path or 'the attention module'} has no hidden states "
                 f"(argument {self.name_map.hidden_arg})"
             )
-        self._record_activation(canon.LAYER_INPUT, "fused_qkv_a_proj", hidden, output=False, source=self.attention_path)
+        self._stash(canon.LAYER_INPUT, "fused_qkv_a_proj", hidden, False, self.attention_path)
+        rows = hidden.numel() // self.cfg.hidden_size
+        if self.tokens is not None and max(self.tokens) >= rows:
+            raise ValueError(
+                f"capture: tokens {[t for t in self.tokens if t >= rows]} are out of range: the layer "
+                f"input has {rows} token rows"
+            )
         positions, _ = local_tensor(self._argument(self.name_map.positions_arg, args, kwargs))
         if positions is not None:
             flat = positions.reshape(-1)
-            if flat.numel() != self._rows:
-                raise ValueError(
-                    f"capture: {flat.numel()} positions for {self._rows} token rows of the layer input"
-                )
+            if flat.numel() != rows:
+                raise ValueError(f"capture: {flat.numel()} positions for {rows} token rows of the layer input")
             kept = flat[self._selection()].to(torch.long).cpu()
             self._positions = kept.tolist()
             self._keep(canon.POSITIONS, TensorRole.INPUT, kept.clone(), "rope", self.attention_path, {}, Shard.REPLICATED, None)
@@ -358,8 +363,7 @@ class LayerCapture:
         if recorded:
             value, _ = local_tensor(_first_tensor(output))
             if value is not None:
-                self._record_activation(canon.LAYER_OUTPUT, "o_proj", value, output=True, source=self.attention_path)
-                self._restep(canon.LAYER_OUTPUT, "all_reduce")
+                self._stash(canon.LAYER_OUTPUT, "o_proj", value, True, self.attention_path)
         self._inside = False
         if recorded and self.close_after:
             self.__exit__(None, None, None)
@@ -371,7 +375,7 @@ class LayerCapture:
                 value, _ = local_tensor(_first_tensor(args))
                 if value is not None:
                     op = canon.MODULES[canonical].op
-                    self._record_activation(f"{op}.input", canonical, value, output=False, source=self._source(path))
+                    self._stash(f"{op}.input", canonical, value, False, self._source(path))
 
         return hook
 
@@ -381,15 +385,31 @@ class LayerCapture:
                 value, _ = local_tensor(_first_tensor(output))
                 if value is not None:
                     op = canon.MODULES[canonical].op
-                    self._record_activation(f"{op}.output", canonical, value, output=True, source=self._source(path))
+                    self._stash(f"{op}.output", canonical, value, True, self._source(path))
 
         return hook
 
     # -- keeping tensors ---------------------------------------------------------------------------
+    def _stash(self, name: str, module: str, x: torch.Tensor, output: bool, source: str) -> None:
+        """Inside the forward only copy the tensor (engines reuse their buffers); sorting it into rows,
+        tokens and shards waits for `_flush`, so the hooks cost the engine's forward as little as possible."""
+        if name in self._stashed:
+            return  # the first call of a module within the captured layer call is the one kept
+        self._stashed[name] = (module, x.detach().to("cpu", copy=True), output, source, tuple(x.shape), tuple(x.stride()))
+
+    def _flush(self) -> None:
+        """Record what the hooks stashed, in the order they ran (the layer input first)."""
+        stashed, self._stashed = self._stashed, {}
+        for name, (module, x, output, source, shape, stride) in stashed.items():
+            self._record_activation(name, module, x, output=output, source=source, op_layout=(shape, stride))
+        self._restep(canon.LAYER_OUTPUT, "all_reduce")
+
     def _selection(self) -> list[int] | slice:
         return slice(None) if self.tokens is None else self.tokens
 
-    def _record_activation(self, name: str, module: str, x: torch.Tensor, *, output: bool, source: str) -> None:
+    def _record_activation(
+        self, name: str, module: str, x: torch.Tensor, *, output: bool, source: str, op_layout: tuple | None = None
+    ) -> None:
         if name in self.tensors:
             return  # the first call of a module within the captured layer call is the one kept
         info = canon.MODULES[module]
@@ -397,7 +417,8 @@ class LayerCapture:
         if name == canon.LAYER_INPUT:
             full = self.cfg.hidden_size
         widths = {full, full // self.tp_size}
-        attrs: dict[str, AttrValue] = {"op_shape": str(tuple(x.shape)), "op_stride": str(tuple(x.stride()))}
+        shape, stride = op_layout or (tuple(x.shape), tuple(x.stride()))
+        attrs: dict[str, AttrValue] = {"op_shape": str(shape), "op_stride": str(stride)}
         split = next((k for k in range(1, x.dim() + 1) if math.prod(x.shape[x.dim() - k :]) in widths), None)
         if split is None:
             # Not (rows, features) of the expected widths: kept whole and per rank, as evidence.
@@ -497,6 +518,7 @@ class LayerCapture:
             _ACTIVE.remove(self)
         if exc_type is not None:
             return False
+        self._flush()
         self.path = write_rank(self.out, self.manifest(), RankCapture(self.rank, self.tp_size, dict(self.tensors)))
         return False
 
