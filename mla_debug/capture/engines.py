@@ -130,6 +130,17 @@ class VllmCaptureExtension:
     def mla_debug_finish_capture(self, out: str | None = None) -> list[str]:
         return vllm_finish_capture(self, out)
 
+    def mla_debug_start_scan(self, out: str, **options: Any) -> Any:
+        """The whole-model scan's start on this worker (`capture.scan_engines`, where present)."""
+        from . import scan_engines  # type: ignore[attr-defined]
+
+        return scan_engines.vllm_start_scan(self, out, **options)
+
+    def mla_debug_finish_scan(self) -> Any:
+        from . import scan_engines  # type: ignore[attr-defined]
+
+        return scan_engines.vllm_finish_scan(self)
+
     def mla_debug_shared_memory_prefix(self) -> str | None:
         """The name prefix of the /dev/shm segments vLLM's CPU build made for this engine's TP group
         (``VLLM_DIST_IDENT``, set by v1/worker/cpu_worker.py; the segments are

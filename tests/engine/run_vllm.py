@@ -44,6 +44,10 @@ def engine_environment(out: Path, tp: int, plant: str) -> Path:
         TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
         VLLM_NO_USAGE_STATS="1",
         VLLM_DO_NOT_TRACK="1",
+        # The engine core in this process rather than its own (vllm/envs.py VLLM_ENABLE_V1_MULTIPROCESSING):
+        # one process fewer to start, which is most of a launch on 2 cores. TP>1 workers remain processes
+        # of their own, so collective_rpc still crosses a process boundary; MLA_DEBUG_ENGINE_MP=1 keeps vLLM's default.
+        VLLM_ENABLE_V1_MULTIPROCESSING="1" if os.environ.get("MLA_DEBUG_ENGINE_MP") == "1" else "0",
     )
     if plant:
         os.environ["MLA_DEBUG_PLANT"] = plant
@@ -154,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "folders": folders,
         "shared_memory_prefixes": sorted(p for p in prefixes if p),
         "tmpdir": str(tmp),
+        "engine_core_in_process": os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0",
         "amx_gate_opened": os.environ.get("MLA_DEBUG_AMX_GATE") == "1",
         "start_s": round(loaded - started, 2),
         "generate_and_capture_s": round(generated - loaded, 2),
