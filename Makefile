@@ -16,21 +16,26 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH_SPEC)' | tr -c 'A-Za-z0-9.' '_')
 
-.PHONY: demo test lab lint clean engine-env engine-test
+.PHONY: demo test docs lab lint clean engine-env engine-test
 
 demo: $(VENV)/.deps-base
-	$(PY) -m mla_debug.cli.demo
+	$(PY) -m mla_debug.cli demo
 
 # The released vLLM and SGLang wheels the engine-reference tests read (fetched once, never installed).
 test: $(VENV)/.deps-dev $(ENGINE_VENV)/.deps
 	$(PY) tests/engine_wheels.py fetch
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests notebooks --nbmake
 
+# The documentation site, built strictly (a broken link or reference fails it) into site/, which git ignores:
+# open site/index.html. Nothing is fetched while it builds. (Material prints a notice about MkDocs 2 unless told not to.)
+docs: $(VENV)/.deps-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 lab: $(VENV)/.deps-notebooks
 	$(BIN)/jupyter lab $(LAB_ARGS) $(LAB_ROOT_ARGS) notebooks/
 
 lint: $(VENV)/.deps-dev
-	$(BIN)/ruff check mla_debug tests benchmarks
+	$(BIN)/ruff check mla_debug tests benchmarks docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -71,4 +76,4 @@ engine-test: $(VENV)/.deps-dev $(ENGINE_VENV)/.deps
 	$(PY) -m pytest -q -p no:randomly $(PYTEST_ARGS) tests/engine
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) .cache .pytest_cache .hypothesis *.egg-info build/engine
+	rm -rf $(VENV) $(ENGINE_VENV) .cache .pytest_cache .hypothesis *.egg-info site build/engine

@@ -25,6 +25,7 @@ from __future__ import annotations
 from . import (  # noqa: F401
     capture,
     explain,
+    incidents,
     kernels,
     layouts,
     model,
@@ -38,8 +39,8 @@ from . import (  # noqa: F401
     viz,
 )
 from ._version import __version__
-from .capture import Capture, load_capture
-from .explain import diff_captures, explain_capture
+from .capture import Capture, load_capture, scan
+from .explain import compare_scans, diff_captures, explain_capture
 from .kernels import Kernel, KernelPolicy, Platform, get_kernel, platform
 from .layouts import (
     ContractViolation,
@@ -75,6 +76,8 @@ __all__ = [
     "write_html",
     "capture",
     "load_capture",
+    "scan",
+    "compare_scans",
     # results
     "LayerRun",
     "StepRecord",

@@ -1,7 +1,7 @@
 """The CLI on real-format checkpoints: DeepSeek-V3.2 (the shipped sample, data/checkpoints/tiny-v3.2-fp8)
 through `triage` and `layouts`, --ignore-extra naming what it skips, a dense checkpoint refused unless
---quantize names a recipe, --start-position shown and checked - and the README's commands on the
-sample, run as a user on a fresh clone runs them."""
+--quantize names a recipe, --start-position shown and checked - and the documented commands on the
+sample (docs/triage.md), run as a user on a fresh clone runs them."""
 
 from __future__ import annotations
 
@@ -114,23 +114,25 @@ def test_checkpoint_and_position_options_are_checked_before_any_weight(argv, mes
     assert message in capsys.readouterr().err
 
 
-def readme_checkpoint_commands() -> list[str]:
-    """The `mla-debug` lines of README.md's bash blocks that run on the shipped sample checkpoint."""
-    blocks = re.findall(r"^```bash\n(.*?)^```$", (REPO / "README.md").read_text(), flags=re.S | re.M)
+def documented_checkpoint_commands() -> list[str]:
+    """The `mla-debug` lines of the README's and the docs pages' bash blocks that run on the shipped
+    sample checkpoint."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    blocks = [b for p in pages for b in re.findall(r"^```bash\n(.*?)^```$", p.read_text(), flags=re.S | re.M)]
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     return [line for line in lines if line.startswith("mla-debug ") and "data/checkpoints/" in line]
 
 
-def test_the_readme_shows_commands_on_the_sample():
-    commands = readme_checkpoint_commands()
+def test_the_docs_show_commands_on_the_sample():
+    commands = documented_checkpoint_commands()
     assert any(c.startswith("mla-debug triage") and "--start-position" in c for c in commands), commands
     assert any(c.startswith("mla-debug layouts") for c in commands), commands
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", readme_checkpoint_commands())
-def test_readme_commands_on_the_sample_run_from_a_fresh_checkout(command, monkeypatch, tmp_path, capsys):
-    monkeypatch.chdir(REPO)  # relative paths as in the README: the checkout's root
+@pytest.mark.parametrize("command", documented_checkpoint_commands())
+def test_documented_commands_on_the_sample_run_from_a_fresh_checkout(command, monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(REPO)  # relative paths as in the docs: the checkout's root
     argv = shlex.split(command)[1:]
     for option in ("--report", "--json"):  # outputs go to a temporary folder, not the checkout
         if option in argv:

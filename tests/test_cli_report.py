@@ -70,7 +70,7 @@ def test_report_of_an_older_file_says_what_it_lacks(tmp_path, capsys):
         ('{"model": "m"}', "not a triage report"),
         (
             '{"schema": 7, "model": "m", "runs": []}',
-            "schema 7 is not one this version of mla_debug reads (schemas 1, 2, 3, 4, 5)",
+            "schema 7 is not one this version of mla_debug reads (schemas 1, 2, 3, 4, 5, 6)",
         ),
     ],
     ids=["missing", "not-json", "not-a-report", "unknown-schema"],

@@ -22,9 +22,10 @@ EMBEDDED = md.kernels.TunedTable.embedded()
 REGISTRY = f"registered kernels: {', '.join(md.kernels.kernel_names())}"
 BEHAVIOUR_FIELDS = (
     "v4_fused_norm_quant, v4_fused_transpose_scale, v4_ask_consumers, v4_model_preshuffle, "
-    "skip_model_shuffle_if_kernel_preshuffles, norm_quant_backend, v4_wo_a_is_bmm, v3_fused_norm_quant, "
+    "skip_model_shuffle_if_kernel_preshuffles, v4_wqa_wkv_override, norm_quant_backend, v4_wo_a_is_bmm, "
+    "v3_fused_norm_quant, "
     "v3_fused_transpose_scale, absorbed_weight_dtype, absorbed_bmm, absorbed_weights_derived, load_order, "
-    "honours_rope_interleave"
+    "honours_rope_interleave, fused_scale_strided"
 )
 VALID_KEYS = (
     "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned, "
@@ -222,7 +223,7 @@ def test_scenario_accepts_a_dict_and_a_scenario():
         (
             {"name": "x", "kernel_options": {"aiter-bpreshuffle": {"honour_flags": False}}},
             "scenario 'x': unknown option(s) of kernel 'aiter-bpreshuffle' in kernel_options: honour_flags; "
-            "valid: accumulation, flavor, honour_layer_flags, selection",
+            "valid: accumulation, flavor, honour_layer_flags, selection, scale_read",
         ),
         (
             {"name": "x", "kernel_options": {"torch-reference": {"accumulation": "dequant"}}},

@@ -7,6 +7,10 @@ manager), while ``md.capture.Capture``, ``md.capture.user_map`` ... name the res
     with md.capture(model, "captures/tp1", layer=3, tokens=range(16)) as cap:
         model(input_ids)
     cap = md.load_capture("captures/tp1")
+
+A scan records every decoder layer of one forward as compact summaries (``md.scan(model, out)``,
+``load_scan``); folders SGLang's dumper wrote read as captures (``load_sglang_dump``, and
+``md.load_capture`` recognizes them), and ``export_sglang_dump`` writes a capture in that layout.
 """
 
 from __future__ import annotations
@@ -16,6 +20,12 @@ from .canonical import DERIVED, DERIVED_SCALES, MODULES, CanonicalModule
 from .load import load_capture
 from .names import Argument, DerivedName, ModuleName, NameMap, builtin_maps, user_map
 from .recorder import LayerCapture, capture, capture_call, record
+from .roles import RankDisagreement, Shard, TensorRole
+from .scan import ModelScan, scan
+from .scan_store import load_scan
+from .scan_types import Scan, ScanStep
+from .sglang_dump import load_sglang_dump
+from .sglang_dump_export import export_sglang_dump
 from .types import (
     FORMAT_VERSION,
     Capture,
@@ -23,9 +33,6 @@ from .types import (
     CaptureManifest,
     EngineInfo,
     RankCapture,
-    RankDisagreement,
-    Shard,
-    TensorRole,
     Unrecorded,
     UnrecordedReason,
 )
@@ -43,10 +50,13 @@ __all__ = [
     "DerivedName",
     "EngineInfo",
     "LayerCapture",
+    "ModelScan",
     "ModuleName",
     "NameMap",
     "RankCapture",
     "RankDisagreement",
+    "Scan",
+    "ScanStep",
     "Shard",
     "TensorRole",
     "Unrecorded",
@@ -55,7 +65,11 @@ __all__ = [
     "capture",
     "capture_call",
     "load_capture",
+    "load_sglang_dump",
+    "export_sglang_dump",
+    "load_scan",
     "record",
+    "scan",
     "user_map",
 ]
 

@@ -2,8 +2,8 @@
 
 Every name map (transformers, vLLM, SGLang, a user's dict) points module-tree names at these canonical
 modules; from the canonical module follow the step a tensor belongs to, the name its inputs and outputs
-are recorded under, and the rule that turns one rank's tensor into the TP-independent one (SEMANTICS 7's
-sharding table, the same as `parallel.sharding`'s V3_LINEARS).
+are recorded under, and the rule that turns one rank's tensor into the TP-independent one (the
+sharding table of docs/semantics.md §12, the same as `parallel.sharding`'s V3_LINEARS).
 
 Whether a rank holds a split or the whole tensor is read from the tensor's own size, not assumed from the
 engine: transformers' default DeepSeek-V3 plan, for one, leaves the attention replicated under
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..model import MLAConfig
 from ..parallel.sharding import COLUMN, REPLICATED, ROW
-from .types import Shard
+from .roles import Shard
 
 ATTENTION, ROPE = "attention", "rope"
 

@@ -131,13 +131,13 @@ class VllmCaptureExtension:
         return vllm_finish_capture(self, out)
 
     def mla_debug_start_scan(self, out: str, **options: Any) -> Any:
-        """The whole-model scan's start on this worker (`capture.scan_engines`, where present)."""
-        from . import scan_engines  # type: ignore[attr-defined]
+        """The whole-model scan's start on this worker (`capture.scan_engines`)."""
+        from . import scan_engines
 
         return scan_engines.vllm_start_scan(self, out, **options)
 
     def mla_debug_finish_scan(self) -> Any:
-        from . import scan_engines  # type: ignore[attr-defined]
+        from . import scan_engines
 
         return scan_engines.vllm_finish_scan(self)
 

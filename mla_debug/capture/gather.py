@@ -10,11 +10,16 @@ partial sums are summed in rank order in fp32, then cast back to the stored dtyp
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ..model import Checkpoint
 from ..parallel.gather import sum_in_rank_order
-from .types import Capture, CapturedTensor, RankDisagreement, Shard, TensorRole
+from .roles import RankDisagreement, Shard, TensorRole
+
+if TYPE_CHECKING:
+    from .types import Capture, CapturedTensor
 
 # Linear modules of a V3 checkpoint that an engine may keep fused as one replicated linear (rows of the
 # first, then rows of the second), so `checkpoint()` can split them back.

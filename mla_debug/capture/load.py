@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 
 from .gather import check_replicated, per_rank
+from .roles import Shard
 from .store import RANK_FOLDER, manifest_to_json, read_rank
-from .types import Capture, CaptureManifest, Shard
+from .types import Capture, CaptureManifest
 
 
 def _rank_folders(root: Path) -> dict[tuple[int, int], Path]:
@@ -53,6 +54,10 @@ def load_capture(path: str | os.PathLike, *, check: bool = True) -> Capture:
     else:
         folders = _rank_folders(root)
     if not folders:
+        from .sglang_dump import is_sglang_dump, load_sglang_dump
+
+        if is_sglang_dump(root):  # a folder SGLang's dumper wrote (its one layer; load_sglang_dump for options)
+            return load_sglang_dump(root)
         raise FileNotFoundError(f"load_capture: {root} holds no rank<r>-of-<T> folders (not a capture)")
     sizes = sorted({tp for _, tp in folders})
     if len(sizes) > 1:

@@ -37,22 +37,13 @@ from ..model import MLAConfig
 from . import canonical as canon
 from .names import LINEAR_TENSORS, NameMap, resolve_map
 from .names import builtin_maps as _builtin_maps
+from .roles import Shard, TensorRole
 from .store import rank_folder_name, write_rank
 from .tensor_bytes import exact_copy
 from .tensor_facts import flags, installed_versions, local_tensor, module_facts, running_version
-from .types import (
-    AttrValue,
-    CapturedTensor,
-    CaptureManifest,
-    EngineInfo,
-    RankCapture,
-    Shard,
-    TensorRole,
-    Unrecorded,
-    UnrecordedReason,
-)
+from .types import AttrValue, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Unrecorded, UnrecordedReason
 
-# Activation scales are one value per group of this many features (SEMANTICS 2).
+# Activation scales are one value per group of this many features (docs/semantics.md §3).
 GROUP_SIZE = 128
 _ACTIVE: list[LayerCapture] = []
 

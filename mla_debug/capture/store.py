@@ -21,17 +21,9 @@ from safetensors import SafetensorError, safe_open
 
 from .._files import folder_atomically
 from ..model import MLAConfig
+from .roles import Shard, TensorRole
 from .tensor_bytes import TensorLayout, layout_of, rebuild, spanned_bytes
-from .types import (
-    FORMAT_VERSION,
-    CapturedTensor,
-    CaptureManifest,
-    EngineInfo,
-    RankCapture,
-    Shard,
-    TensorRole,
-    Unrecorded,
-)
+from .types import FORMAT_VERSION, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Unrecorded
 
 MANIFEST_FILE = "manifest.json"
 TENSORS_FILE = "tensors.safetensors"

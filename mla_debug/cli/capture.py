@@ -12,6 +12,7 @@ import argparse
 from collections.abc import Callable
 
 from .capture_explain import add_diff_parser, add_explain_parser
+from .capture_sglang import add_export_parser, add_import_parser
 from .table import print_columns
 
 
@@ -45,7 +46,7 @@ def add_show(actions) -> None:
     show.set_defaults(func=run_show)
 
 
-ACTIONS: list[Callable] = [add_show, add_diff_parser, add_explain_parser]
+ACTIONS: list[Callable] = [add_show, add_diff_parser, add_explain_parser, add_import_parser, add_export_parser]
 
 
 def _shape(values) -> str:

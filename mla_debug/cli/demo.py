@@ -4,13 +4,12 @@ A TP triage of DeepSeek-V3 (real dimensions, synthetic weights) on an MI355X und
 under its fix PR #56433: which TP sizes and modes diverge, at which step, why, and which change restores
 them. The HTML and JSON reports go to a fresh folder under ./reports, named at the end.
 
-`mla-debug demo` and `python -m mla_debug.cli.demo` are the same command with the same options.
+`make demo` runs `python -m mla_debug.cli demo`, the same command as `mla-debug demo`.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from datetime import datetime
 
@@ -33,7 +32,7 @@ def add_parser(sub) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The demo's options, defined once for `mla-debug demo` and `python -m mla_debug.cli.demo`."""
+    """The demo's options."""
     from .args import add_model, add_platform, add_tokens, add_tp
 
     add_model(parser, "deepseek-v3")
@@ -84,14 +83,3 @@ def run(args: argparse.Namespace) -> int:
     for file in files:
         console.print(f"  {file.name}", **plain)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m mla_debug.cli.demo [options]`: the same command as `mla-debug demo`, errors included."""
-    from .main import main as cli_main
-
-    return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -16,7 +16,6 @@ Every number is computed by running the emulated kernels; nothing is looked up.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 import torch
@@ -24,6 +23,7 @@ import torch
 from ..kernels import BlockScaledLinear, KernelPolicy, TunedTable, get_kernel, platform
 from ..layouts import ScaleLayout, identify_weight_layout, quantize_blocks, quantize_groups, weight_read_violation
 from ..numerics import error_metrics
+from ..viz.violations import violation_sentence
 
 # Per-rank shapes of DeepSeek-V3 at TP8 (weight is (N, K) = (out, in)).
 Q_B_PROJ_TP8 = (3072, 1536)  # 24576 / 8 rows of 16 heads x (128 + 64)
@@ -114,11 +114,11 @@ def direct_read_story(policy: KernelPolicy) -> None:
         w_direct = lin.weight.fmt.decode(lin.weight.data)
         rel = error_metrics(w_direct, weight.fmt.decode(weight.data))["rel_l2"]
         violation = weight_read_violation(
-            "absorbed decode (W_UK/W_UV)", "kv_b_proj.weight", lin.weight.layout, None, k, 1, direct_reader=True
+            "absorbed decode (W_UK/W_UV)", "kv_b_proj", lin.weight.layout, None, k, 1, direct_reader=True
         )
         print(f"   {label}: weight {lin.weight.layout}; W_UK/W_UV rel err {rel:.2e}  {_verdict(rel)}")
         if violation:
-            print(f"   contract violation: {violation}")
+            print(f"   contract violation: {violation_sentence(violation)}")
 
 
 DESCRIPTION = (
@@ -148,14 +148,3 @@ def run(args: argparse.Namespace | None = None) -> int:
     direct_read_story(policy)
     print(f"\ndone in {time.perf_counter() - start:.1f} s")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m mla_debug.cli.kernel_demo`: the same command as `mla-debug kernel-demo`."""
-    from .main import main as cli_main
-
-    return cli_main(["kernel-demo", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,7 +14,11 @@ Subcommands:
   traces       `traces compare A B`: per-step and per-kernel time of two traces, kernels added or removed
   tensorboard  browse trace folders in TensorBoard on 127.0.0.1 (needs the `profile` extra)
   capture      `capture show DIR`: what a layer capture holds; `capture diff A B`, `capture explain A`: the
-               layout diff of two captures and the stories that explain a capture's diverging steps
+               layout diff of two captures and the stories that explain a capture's diverging steps;
+               `capture import-sglang`, `capture export --format sglang`: SGLang dumper folders in and out
+  scan         `scan run|show|compare`: every decoder layer of one forward, summarized; the first layer
+               whose divergence its input does not explain
+  incidents    the public record's FP8 incidents; `incidents run NAME` reproduces one, diagnosis beside the thread's
 """
 
 from __future__ import annotations
@@ -23,7 +27,20 @@ import argparse
 import sys
 
 from .._version import version
-from . import capture, checkpoint, demo, kernel_demo, kernels, layouts, profile, report, scenarios, triage
+from . import (
+    capture,
+    checkpoint,
+    demo,
+    incidents,
+    kernel_demo,
+    kernels,
+    layouts,
+    profile,
+    report,
+    scan,
+    scenarios,
+    triage,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +48,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mla-debug {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (demo, kernel_demo, kernels, checkpoint, layouts, triage, scenarios, report, profile, capture):
+    for command in (
+        demo,
+        kernel_demo,
+        kernels,
+        checkpoint,
+        layouts,
+        triage,
+        scenarios,
+        report,
+        profile,
+        capture,
+        scan,
+        incidents,
+    ):
         command.add_parser(sub)
     return parser
 

@@ -49,6 +49,7 @@ from .diff import (
     diff_captures,
     known_checkpoint,
 )
+from .format_stories import linear_format_candidates
 from .stories import (
     Held,
     LinearOperands,
@@ -439,6 +440,15 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
             key = (kinds, reading.weight_unshuffles, reading.weight_scale, reading.act_scale, reading.weight_vnni_unpack)
             keys[key] = (kinds, reading)
             outputs.setdefault(key, []).append(compute_reading(ops, reading, held))
+        if held.shuffles == 0:
+            # Scale representation stories (`capture_format_stories`) on the plain bytes.
+            intended = (
+                None if scale_full is None else _shard(scale_full, t.get(f"{module}.weight_scale_inv"), tp, rank.rank)
+            )
+            for kinds, y in linear_format_candidates(ops, intended):
+                key = (kinds, "format")
+                keys[key] = (kinds, Reading())
+                outputs.setdefault(key, []).append(y)
     reduced = _reduced_in_module(capture, step, module)
     for key, per_rank in outputs.items():
         if len(per_rank) != len(observed):

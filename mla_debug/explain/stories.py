@@ -58,6 +58,12 @@ class StoryKind(str, Enum):
     ACT_SCALE_COL_READ_AS_ROW = "act-scale-column-major-read-row-major"
     WEIGHT_SCALE_OTHER_ORDER = "weight-scale-read-in-another-order"
     DERIVED_FROM_RELAID = "derived-weight-from-relaid-bytes"
+    # Scale representation and grouped order (computed in `capture_format_stories`).
+    SCALE_CODES_AS_VALUES = "scale-codes-read-as-values"
+    PACKED_SCALES_AS_VALUES = "packed-scales-read-as-values"
+    SCALE_TRUNCATED = "scale-truncated-to-power-of-two"
+    UE8M0_MANTISSA_LEAK = "ue8m0-packing-mantissa-leak"
+    GROUPED_SCALE_TOKEN_READ_AS_GROUP = "grouped-scale-token-major-read-group-major"
     # vLLM's CPU kernels (`layouts.vnni`): a weight held VNNI-packed read as a plain matrix, and a plain
     # weight un-packed by a VNNI-aware reader.
     WEIGHT_VNNI_READ_PLAIN = "weight-vnni-packed-read-plain"
@@ -77,6 +83,11 @@ STORY_VIOLATIONS = {
     StoryKind.ACT_SCALE_COL_READ_AS_ROW: ViolationKind.SCALE_ORDER,
     StoryKind.WEIGHT_SCALE_OTHER_ORDER: ViolationKind.WEIGHT_LAYOUT_MISMATCH,
     StoryKind.DERIVED_FROM_RELAID: ViolationKind.RELAID_WEIGHT_DIRECT_READ,
+    StoryKind.SCALE_CODES_AS_VALUES: ViolationKind.SCALE_CODES_AS_VALUES,
+    StoryKind.PACKED_SCALES_AS_VALUES: ViolationKind.PACKED_SCALES_AS_VALUES,
+    StoryKind.SCALE_TRUNCATED: ViolationKind.SCALE_TRUNCATED,
+    StoryKind.UE8M0_MANTISSA_LEAK: ViolationKind.UE8M0_MANTISSA_LEAK,
+    StoryKind.GROUPED_SCALE_TOKEN_READ_AS_GROUP: ViolationKind.GROUPED_SCALE_ORDER,
     StoryKind.WEIGHT_VNNI_READ_PLAIN: ViolationKind.RELAID_WEIGHT_DIRECT_READ,
     StoryKind.WEIGHT_PLAIN_READ_AS_VNNI: ViolationKind.WEIGHT_LAYOUT_MISMATCH,
 }

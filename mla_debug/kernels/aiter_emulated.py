@@ -41,6 +41,7 @@ from ..layouts import QuantizedActivation, ScaleLayout, read_scale
 from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import Accumulation, block_scaled_mm, check_accumulation
 from .engine_rules import sglang_bpreshuffle_check
+from .stride_read import layout_read_by_strides
 
 if TYPE_CHECKING:
     from .block_scaled_linear import BlockScaledLinear
@@ -50,6 +51,9 @@ SHUFFLE = (16, 16)
 TUNED_ROW = "tuned-row"
 SGLANG_0_5_23 = "sglang-0.5.23"
 BPRESHUFFLE_SELECTIONS = (TUNED_ROW, SGLANG_0_5_23)
+# How the bpreshuffle call takes its activation scale: raw column-major bytes (aiter), or by strides first
+# (SGLang's materialize_bpreshuffle_fp8_scale in front of it).
+SCALE_READS = ("raw", "strides")
 
 
 def check_selection(selection: str, allowed: tuple[str, ...], kernel: str) -> str:
@@ -115,10 +119,19 @@ class AiterBpreshuffleEmulated(_AiterKernel):
         flavor: str = "aiter-hip",
         honour_layer_flags: bool = True,
         selection: str = TUNED_ROW,
+        scale_read: str = "raw",
     ) -> None:
         super().__init__(accumulation=accumulation, flavor=flavor)
         self.honour_layer_flags = honour_layer_flags
         self.selection = check_selection(selection, BPRESHUFFLE_SELECTIONS, self.name)
+        # "strides": SGLang's materialize_bpreshuffle_fp8_scale (fp8_utils.py, scale.t().contiguous().t())
+        # in front of the CK call - the scale's values are taken by its strides, then handed over
+        # column-major - so the caller asks for a truthful column-major presentation, (1, M) strides.
+        if scale_read not in SCALE_READS:
+            raise ValueError(f"kernel {self.name!r}: scale_read {scale_read!r} is not one of {', '.join(SCALE_READS)}")
+        self.scale_read = scale_read
+        if scale_read == "strides":
+            self.act_scale_layout = ScaleLayout.COL_MAJOR_STRIDED
 
     def can_implement(self, problem: GemmProblem) -> Check:
         check = super().can_implement(problem)
@@ -154,3 +167,12 @@ class AiterBpreshuffleEmulated(_AiterKernel):
         if linear.plain_fallback:
             return Contract(scale=ScaleLayout.ROW_MAJOR, weight=None)
         return Contract(scale=self.act_scale_layout, weight=SHUFFLE)
+
+    def scale_layout_read(self, qa: QuantizedActivation, contract: Contract) -> ScaleLayout:
+        if self.scale_read == "strides" and contract.weight is not None:
+            return layout_read_by_strides(qa.scale)
+        return contract.scale
+
+    def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
+        scale = read_scale(qa.scale, self.scale_layout_read(qa, contract), f"{linear.name} input scale")
+        return block_scaled_mm(qa.fmt.decode(qa.data), scale, linear, contract.weight, self.accumulation)

@@ -9,7 +9,7 @@ computes with the emulation of the same contract, so a triage gives the same ver
 
 Its contract is aiter ``gemm_a8w8_blockscale``'s - a plain weight, read in place - except for one thing
 the CK kernel does not share: it reads ``x_scale`` and ``w_scale`` by the strides the tensors carry.
-What that means for the defects of vLLM PR #51692 (SEMANTICS 6):
+What that means for the defects of vLLM PR #51692 (docs/semantics.md §8):
 
 - a ROW_MAJOR scale and a COL_MAJOR_STRIDED one (strides (1, M)) are both read right; only a COL_MAJOR
   "view" buffer - transposed bytes behind row-major strides, what aiter's ``transpose_scale=True``

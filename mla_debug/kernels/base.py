@@ -201,7 +201,7 @@ class Kernel(ABC):
             if self.reads_declared_scale_layout
             else scale_order_violation(
                 self.name,
-                f"{linear.name} input scale",
+                linear.name,
                 qa.scale_layout,
                 self.scale_layout_read(qa, contract),
                 qa.m,
@@ -209,7 +209,7 @@ class Kernel(ABC):
             ),
             weight_read_violation(
                 self.name,
-                f"{linear.name}.weight",
+                linear.name,
                 linear.weight.layout,
                 contract.weight,
                 linear.k,

@@ -8,6 +8,8 @@
 The two differ only by fp32 rounding (summation order), bounded in the tests. Weights are decoded
 through the reader's byte order and cached on the linear keyed by the tensors' identity and version
 counters, so repeated calls cost one GEMM while any in-place change to the bytes invalidates the cache.
+The cache holds the fp8 values unscaled in bf16, which represents every fp8 value exactly: half the
+memory of fp32, the same numbers (a real-size layer's decoded weights are most of a triage's memory).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from ..layouts.weight_shuffle import ShuffleLayout, unshuffle_weight
-from ..numerics.quantize import block_dequantize
+from ..numerics.quantize import scale_blocks_
 
 if TYPE_CHECKING:
     from .block_scaled_linear import BlockScaledLinear
@@ -39,27 +41,28 @@ def expand_weight_scale(scale: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def weight_values(linear: BlockScaledLinear, shuffled: ShuffleLayout | None, scaled: bool) -> torch.Tensor:
-    """fp32 (N, K) weight as a reader sees it: bytes de-shuffled per `shuffled` (as the hardware reads
-    them, whatever was really done to them), optionally multiplied by the block scale."""
+    """(N, K) weight as a reader sees it: bytes de-shuffled per `shuffled` (as the hardware reads them,
+    whatever was really done to them). Unscaled: the fp8 values, in bf16 (exact; the cached tensor);
+    scaled: fp32 values multiplied by the block scale (a new tensor, as `block_dequantize` makes it)."""
     weight = linear.weight
     data, scale = weight.data, weight.scale
     # Keyed on the tensors themselves (identity + version counter), never on data pointers, which a
     # new tensor can inherit from a freed one.
     key = (data, data._version, scale, scale._version)
-    mode = (shuffled, scaled)
-    cached = linear.read_cache.get(mode)
+    cached = linear.read_cache.get(shuffled)
     if cached is not None and same_tensor_key(cached[0], key):
-        return cached[1]
-    if shuffled is not None:
-        data = unshuffle_weight(data, shuffled, k=weight.k, name=f"{linear.name}.weight")
-    elif data.shape[1] != weight.k:
-        raise ValueError(
-            f"{linear.name}.weight: bytes are K-padded to {data.shape[1]} (logical K={weight.k}); "
-            "a plain-weight reader cannot read them"
-        )
-    values = block_dequantize(data, scale) if scaled else weight.fmt.decode(data)
-    linear.read_cache[mode] = (key, values)
-    return values
+        values = cached[1]
+    else:
+        if shuffled is not None:
+            data = unshuffle_weight(data, shuffled, k=weight.k, name=f"{linear.name}.weight")
+        elif data.shape[1] != weight.k:
+            raise ValueError(
+                f"{linear.name}.weight: bytes are K-padded to {data.shape[1]} (logical K={weight.k}); "
+                "a plain-weight reader cannot read them"
+            )
+        values = weight.fmt.decode(data).to(torch.bfloat16)
+        linear.read_cache[shuffled] = (key, values)
+    return scale_blocks_(values.float(), scale) if scaled else values
 
 
 def same_tensor_key(a: tuple, b: tuple) -> bool:
@@ -86,6 +89,6 @@ def block_scaled_mm(
     acc = torch.zeros((m, linear.n), dtype=torch.float32, device=x_values.device)
     for kb in range(groups):
         cols = slice(kb * BLOCK, (kb + 1) * BLOCK)
-        partial = x_values[:, cols] @ w[:, cols].t()
+        partial = x_values[:, cols] @ w[:, cols].float().t()
         acc.add_(partial.mul_(x_scale[:, kb : kb + 1] * w_scale[:, kb].unsqueeze(0)))
     return acc.to(torch.bfloat16)

@@ -2,7 +2,7 @@
 
 The (gfx, cu_num) pair is the key of aiter's tuned-GEMM tables, and it is per CARD, not per
 architecture: an MI300X and an MI308X are both gfx942 but report 304 and 80 compute units, so a table
-tuned on one never matches the other (SEMANTICS 5).
+tuned on one never matches the other (docs/semantics.md §7).
 
 Two presets model hardware whose every figure we could not read from a public specification, and say
 what is assumed:

@@ -1,6 +1,6 @@
 """Where a tuned table came from, as data: embedded facts, files, aiter's env var, or an installed aiter.
 
-A verdict about the preshuffled kernel depends on the table consulted (SEMANTICS 5), so every report
+A verdict about the preshuffled kernel depends on the table consulted (docs/semantics.md §7), so every report
 names it. `TableSource` is that name as typed data; `describe()` is its one-line form.
 
 Whether an installed aiter's tables are the default is decided here: only where aiter really serves

@@ -1,7 +1,15 @@
 """Scale presentations (and the engines' re-layouts of them), weight shuffles, VNNI packing, layout histories, layout
 contracts and forensics."""
 
-from .contracts import ContractViolation, ViolationKind, scale_order_violation, weight_read_violation
+from .contracts import (
+    ConsumerOrders,
+    ContractViolation,
+    ShuffleExpectation,
+    ViolationKind,
+    scale_order_violation,
+    weight_layout_from_text,
+    weight_read_violation,
+)
 from .forensics import (
     ShuffleAttempt,
     ShuffleFit,
@@ -41,12 +49,14 @@ from .weight_shuffle import LAYOUTS, is_involution, pad_k, shuffle_period, shuff
 
 __all__ = [
     "LAYOUTS",
+    "ConsumerOrders",
     "ContractViolation",
     "QuantizedActivation",
     "QuantizedWeight",
     "ScaleLayout",
     "ScaleRead",
     "ShuffleAttempt",
+    "ShuffleExpectation",
     "ShuffleFit",
     "TensorComparison",
     "TensorVerdict",
@@ -85,5 +95,6 @@ __all__ = [
     "values_relaid",
     "vnni_pack",
     "vnni_unpack",
+    "weight_layout_from_text",
     "weight_read_violation",
 ]

@@ -1,4 +1,4 @@
-"""The three memory presentations of one logical (M, G) activation scale (SEMANTICS 3).
+"""The three memory presentations of one logical (M, G) activation scale (docs/semantics.md §5).
 
 | layout            | shape  | strides | byte of (m, g) |
 | ROW_MAJOR         | (M, G) | (G, 1)  | m*G + g        |

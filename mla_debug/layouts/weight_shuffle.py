@@ -2,7 +2,7 @@
 
 Layout (IN, IK): in each band of IN rows, regard the band as an IN x U matrix of 16-byte units
 (U = K * element_size / 16) and store it transposed (U x IN). The result has the same shape and dtype
-as the input, so nothing downstream can tell a shuffled weight from a plain one (SEMANTICS 4).
+as the input, so nothing downstream can tell a shuffled weight from a plain one (docs/semantics.md §6).
 Requirements: N % IN == 0 and K % (2 * IK) == 0 (elements). (16, 16) is the FP8 block-scale layout;
 (32, 16) belongs to the int8 ASM GEMM.
 """

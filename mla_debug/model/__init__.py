@@ -2,9 +2,10 @@
 named recipe), linear layers, DeepSeek-V3 and V4 attention, stepping."""
 
 from .checkpoint import Checkpoint, expected_shapes
-from .config import PRESETS, MLAConfig, RopeScaling
+from .config import PRESETS, MLAConfig
 from .indexer import SparseAttentionWarning
 from .records import StepRecord
+from .rope_scaling import RopeScaling
 from .weight_recipe import DenseWeightsError, WeightRecipe
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""DeepSeek-V4 attention, one rank (SEMANTICS 8), with the ROCm model-side behaviours as options.
+"""DeepSeek-V4 attention, one rank (docs/semantics.md §10), with the ROCm model-side behaviours as options.
 
 Step names: fused_wqa_wkv, q_norm, kv_norm, wq_b, q_head_norm, indexer_q, rope, attention,
 inverse_rope, wo_a, wo_b, all_reduce (the same for prefill and decode: every token is a query).
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels import get_kernel
-from ..layouts import ContractViolation, ScaleLayout, ViolationKind
+from ..layouts import ConsumerOrders, ContractViolation, ScaleLayout, ViolationKind
 from .attention_math import attend, causal_mask
 from .fused_producer import (
     UNFUSED,
@@ -49,11 +49,17 @@ def prepare_model_side(linears: dict, behaviour, is_rocm: bool) -> None:
         linear = linears[name]
         if not isinstance(linear, QuantizedLinear) or linear.k % 128 or linear.n % 16:
             continue
-        if getattr(linear, "direct_kernel", None) is not None:
+        if getattr(linear, "direct_kernel", None) is not None or getattr(linear, "model_prepared", False):
             continue  # a replicated linear shared by in-process ranks is prepared once
         block = linear.block
         if not (behaviour.skip_model_shuffle_if_kernel_preshuffles and block.aiter_bpreshuffled):
             block.shuffle_weight((16, 16), by="model prepare_attn_preshuffle")
+        linear.model_prepared = True
+        if name == "fused_wqa_wkv" and not behaviour.v4_wqa_wkv_override:
+            block.events.append(
+                "the model's call of the preshuffled GEMM is bypassed: the linear's own kernel reads it"
+            )
+            continue
         linear.direct_kernel = get_kernel("aiter-bpreshuffle")
         block.events.append("model calls gemm_a8w8_blockscale_bpreshuffle directly")
 
@@ -116,7 +122,7 @@ class AttentionV4Rank(RankLayer):
         wants = consumer_orders(self.linears, CONSUMERS)
         if not b.v4_fused_norm_quant or wants is None:
             return UNFUSED
-        written = written_layout(b.v4_fused_transpose_scale)
+        written = written_layout(b.v4_fused_transpose_scale, b.fused_scale_strided)
         wanted = ", ".join(f"{name} reads {layout.name}" for name, layout in wants.items())
         if b.v4_ask_consumers:
             orders = set(wants.values())
@@ -130,11 +136,11 @@ class AttentionV4Rank(RankLayer):
                 ContractViolation(
                     kind=ViolationKind.CONSUMERS_DISAGREE,
                     consumer=" and ".join(CONSUMERS),
-                    tensor="q_norm output (the pre-quantized q-lora)",
-                    expected="one scale order for both consumers",
-                    found=wanted,
+                    module="q_norm",
+                    operand="output",
+                    expected=None,
+                    found=ConsumerOrders(tuple(wants.items())),
                     effective=True,
-                    message=f"q_norm: the fused producer writes {written.name} for two consumers that disagree ({wanted})",
                 ),
             )
         return ProducerPlan(True, written, (), violations)

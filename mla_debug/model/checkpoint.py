@@ -3,7 +3,7 @@
 A `Checkpoint` holds the tensors of ONE layer's attention under Hugging Face short names
 (``q_b_proj.weight``, ``q_b_proj.weight_scale_inv``, ...), validated against the `MLAConfig`: every
 tensor present, each with its expected shape and dtype. Linear weights are either all FP8 with an fp32
-128x128 block scale (``weight_scale_inv``, which MULTIPLIES on dequantization, SEMANTICS 2) or all dense
+128x128 block scale (``weight_scale_inv``, which MULTIPLIES on dequantization, docs/semantics.md §3) or all dense
 (bf16/fp16/fp32); norm weights are never quantized. Tensors the toolkit recognises and does not model
 (DeepSeek-V3.2's indexer, `model.indexer`) are skipped and named; a dense layer is quantized by a named
 recipe with `quantized_with` (`model.weight_recipe`).
@@ -65,7 +65,7 @@ _LAYER_KEY = re.compile(r"^(?:.*?\.)?layers\.(\d+)\.(.+)$")
 
 
 def _shape_rules(cfg: MLAConfig) -> dict[str, tuple[tuple[int, ...], str]]:
-    """key -> (shape, the rule in SEMANTICS notation), in the order the layer uses them."""
+    """key -> (shape, the rule in the notation of docs/semantics.md §1), in the order the layer uses them."""
     h, nh, lq = cfg.hidden_size, cfg.num_heads, cfg.q_lora_rank
     r = cfg.qk_rope_head_dim
     if cfg.arch == "v3":

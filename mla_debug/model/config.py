@@ -1,96 +1,26 @@
 """MLA layer configurations: presets for the models we debug; Hugging Face config.json both ways (`hf_config`).
 
 Two attention families share one dataclass:
-- ``arch="v3"`` - DeepSeek-V3/R1/V3.1 and Kimi-K2 MLA (SEMANTICS 7): q/kv LoRA, nope + rope heads, kv_b_proj;
-  with ``index_*`` set, DeepSeek-V3.2's layer, whose sparse top-k indexer is recognised but not modelled.
-- ``arch="v4"`` - DeepSeek-V4 attention (SEMANTICS 8): one shared KV head of ``head_dim``, grouped output
+- ``arch="v3"`` - DeepSeek-V3/R1/V3.1 and Kimi-K2 MLA (docs/semantics.md §9): q/kv LoRA, nope + rope heads,
+  kv_b_proj; with ``index_*`` set, DeepSeek-V3.2's layer, whose sparse top-k indexer is recognised but not modelled.
+- ``arch="v4"`` - DeepSeek-V4 attention (docs/semantics.md §10): one shared KV head of ``head_dim``, grouped output
   projection (wo_a as a BMM over ``o_groups``, then wo_b) and an indexer query projection.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """YaRN RoPE scaling (``rope_scaling`` / ``rope_parameters`` in config.json), with transformers 5.24's
-    semantics (``modeling_rope_utils._compute_yarn_parameters`` and DeepSeek-V3's ``yarn_apply_mscale``):
-
-    - ``factor``: the interpolation factor (`hf_config` turns a ``null`` one into max_position_embeddings /
-      original_max_position_embeddings, as transformers does).
-    - ``beta_fast`` / ``beta_slow``: the correction range in rotations; 0 means the default (32 / 1), as
-      transformers' ``beta_fast or 32`` does.
-    - ``mscale`` / ``mscale_all_dim``: the cos/sin multiplier is mscale(factor, mscale) /
-      mscale(factor, mscale_all_dim) only when BOTH are non-zero, else mscale(factor, 1); ``mscale`` None
-      is the key absent from config.json (which transformers treats like 0). The softmax scale gains
-      mscale(factor, mscale_all_dim)^2 when ``mscale_all_dim`` is non-zero.
-    - ``original_max_position_embeddings``: the pre-training context the correction range is measured in.
-    - ``truncate``: floor/ceil the correction range to whole dimensions (transformers' default, and what
-      vLLM 0.33 / SGLang 0.5.23 always do); False keeps the fractional bounds.
-    - ``attention_factor``: an explicit cos/sin multiplier replacing the mscale ratio (None: derived).
-
-    The engines read fewer of these: vLLM 0.33's ``DeepseekScalingRotaryEmbedding`` always truncates,
-    defaults an absent mscale to 1 and ignores ``attention_factor`` (except that 1.0 switches its softmax
-    mscale off, ``deepseek_llama_scaling``). Released DeepSeek and Kimi configs set factor, both betas, both
-    mscales and original_max_position_embeddings, where every reading agrees.
-    """
-
-    factor: float = 1.0
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    mscale: float | None = None
-    mscale_all_dim: float = 0.0
-    original_max_position_embeddings: int = 4096
-    truncate: bool = True
-    attention_factor: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.factor <= 0 or not math.isfinite(self.factor):
-            raise ValueError(f"RopeScaling: factor={self.factor} must be a positive number")
-        if self.original_max_position_embeddings <= 0:
-            raise ValueError(
-                f"RopeScaling: original_max_position_embeddings={self.original_max_position_embeddings} must be positive"
-            )
-        if self.attention_factor is not None and not (
-            self.attention_factor > 0 and math.isfinite(self.attention_factor)
-        ):
-            raise ValueError(f"RopeScaling: attention_factor={self.attention_factor} must be a positive number or None")
-
-    @staticmethod
-    def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-        """0.1 * mscale * ln(factor) + 1 for factor > 1, else 1."""
-        return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
-
-    @property
-    def cos_sin_scale(self) -> float:
-        """The multiplier applied to cos/sin (transformers' ``attention_scaling``): ``attention_factor``
-        when given, else mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both mscales are
-        non-zero, else mscale(factor, 1)."""
-        if self.attention_factor is not None:
-            return self.attention_factor
-        if self.mscale and self.mscale_all_dim:
-            return self.yarn_mscale(self.factor, self.mscale) / self.yarn_mscale(self.factor, self.mscale_all_dim)
-        return self.yarn_mscale(self.factor)
-
-    @property
-    def softmax_mscale(self) -> float:
-        """The mscale whose square multiplies the softmax scale (1 when mscale_all_dim is 0)."""
-        return self.yarn_mscale(self.factor, self.mscale_all_dim) if self.mscale_all_dim else 1.0
-
-    @property
-    def correction_betas(self) -> tuple[float, float]:
-        """(beta_fast, beta_slow) as used: 0 stands for the defaults 32 and 1 (transformers' ``or``)."""
-        return (self.beta_fast or 32.0, self.beta_slow or 1.0)
+from .hf_config import from_hf_fields, to_hf_dict
+from .rope_scaling import RopeScaling
 
 
 @dataclass(frozen=True)
 class MLAConfig:
-    """Dimensions of one attention layer (names as in SEMANTICS: H, Nh, Lq, Lkv, P, R, V)."""
+    """Dimensions of one attention layer (names as in docs/semantics.md §1: H, Nh, Lq, Lkv, P, R, V)."""
 
     name: str
     arch: str
@@ -229,11 +159,9 @@ class MLAConfig:
     @classmethod
     def from_hf(cls, source: str | Path | dict, name: str | None = None) -> MLAConfig:
         """Read a Hugging Face config.json (a path to the file or its folder, or the parsed dict); the
-        key mapping is `hf_config.from_hf_dict`'s."""
-        from .hf_config import from_hf_dict
-
+        key mapping is `hf_config.from_hf_fields`'s."""
         if isinstance(source, dict):
-            return from_hf_dict(source, name or str(source.get("model_type", "hf")))
+            return cls(name=name or str(source.get("model_type", "hf")), **from_hf_fields(source, _defaults(cls)))
         path = Path(source)
         if path.is_dir():
             path = path / "config.json"
@@ -243,7 +171,7 @@ class MLAConfig:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise ValueError(f"MLAConfig.from_hf: {path} is not valid JSON ({err})") from None
-        return from_hf_dict(data, name or path.parent.name)
+        return cls(name=name or path.parent.name, **from_hf_fields(data, _defaults(cls)))
 
     def to_hf(self, quantized: bool | None = None) -> dict[str, Any]:
         """The Hugging Face config.json fields of this config (what `Checkpoint.save` writes), which
@@ -253,8 +181,6 @@ class MLAConfig:
         >>> MLAConfig.from_hf(md.MLAConfig.preset("tiny").to_hf(), name="tiny") == md.MLAConfig.preset("tiny")
         True
         """
-        from .hf_config import to_hf_dict
-
         return to_hf_dict(self, quantized)
 
     def to_dict(self) -> dict:
@@ -262,6 +188,11 @@ class MLAConfig:
         out["rope_scaling"] = None if self.rope_scaling is None else vars(self.rope_scaling).copy()
         out["weight_block"] = list(self.weight_block)
         return out
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """The default of every field of a config class that has one (what an absent config.json key means)."""
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
 _DEEPSEEK_YARN = RopeScaling(
@@ -351,7 +282,7 @@ PRESETS: dict[str, MLAConfig] = {
             "rms_norm_eps": 1e-20,
         },
     ),
-    # Pro dimensions are unverified (SEMANTICS 8): H 7168, 128 heads, Lq 1536, 16 output groups.
+    # Pro dimensions are unverified (docs/semantics.md §10): H 7168, 128 heads, Lq 1536, 16 output groups.
     "deepseek-v4-pro": MLAConfig(
         name="deepseek-v4-pro",
         **{**_V4_FLASH, "hidden_size": 7168, "num_heads": 128, "q_lora_rank": 1536, "o_groups": 16},

@@ -14,11 +14,11 @@ and the step it records looks the same for both. The consumers then read the pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from ..layouts import ContractViolation, ScaleLayout, ScaleRead
+from ..layouts import ContractViolation, QuantizedActivation, ScaleLayout, ScaleRead
 from ..normquant import NormQuantResult, fused_qk_rmsnorm_group_quant, resolve_backend
 from ..numerics import Fp8Format
 from .linear import QuantizedLinear
@@ -42,9 +42,13 @@ class ProducerPlan:
 UNFUSED = ProducerPlan(False)
 
 
-def written_layout(transpose_scale: bool) -> ScaleLayout:
-    """The scale order the fused kernel writes: COL_MAJOR ("view") with ``transpose_scale``, else ROW_MAJOR."""
-    return ScaleLayout.COL_MAJOR if transpose_scale else ScaleLayout.ROW_MAJOR
+def written_layout(transpose_scale: bool, strided: bool = False) -> ScaleLayout:
+    """The scale order the fused kernel writes: with ``transpose_scale`` column-major bytes, presented as
+    COL_MAJOR ("view", aiter before ROCm/aiter PR #4506) or, `strided`, with strides (1, M)
+    (COL_MAJOR_STRIDED: aiter after #4506, or a consumer's restride); else ROW_MAJOR."""
+    if not transpose_scale:
+        return ScaleLayout.ROW_MAJOR
+    return ScaleLayout.COL_MAJOR_STRIDED if strided else ScaleLayout.COL_MAJOR
 
 
 def consumer_orders(linears: dict, names: tuple[str, ...]) -> dict[str, ScaleLayout] | None:
@@ -87,12 +91,24 @@ def run_producer(
         k,
         layer.norms[k_norm],
         eps,
-        transpose_scale=plan.layout is ScaleLayout.COL_MAJOR,
+        transpose_scale=plan.layout is not ScaleLayout.ROW_MAJOR,
         fmt=fmt,
         return_unquantized=True,
         backend=backend,
     )
+    if plan.layout is ScaleLayout.COL_MAJOR_STRIDED:
+        result = result._replace(q_quant=restrided(result.q_quant))
     return result, backend
+
+
+def restrided(qa: QuantizedActivation) -> QuantizedActivation:
+    """A COL_MAJOR ("view") activation presented with the strides of its bytes, (1, M), over the same storage
+    - what aiter's fixed wrapper and SGLang's ``view_aiter_fused_rms_transposed_fp8_scale`` return."""
+    if qa.scale_layout is not ScaleLayout.COL_MAJOR:
+        return qa
+    m, g = qa.scale.shape
+    view = torch.as_strided(qa.scale, (m, g), (1, m), qa.scale.storage_offset())
+    return replace(qa, scale=view, scale_layout=ScaleLayout.COL_MAJOR_STRIDED)
 
 
 def producer_record(

@@ -1,4 +1,4 @@
-"""Both directions of a Hugging Face ``config.json``: `from_hf_dict` (config.json -> MLAConfig, for
+"""Both directions of a Hugging Face ``config.json``: `from_hf_fields` (config.json -> MLAConfig fields, for
 DeepSeek-V3/R1/V3.1, DeepSeek-V3.2, Kimi-K2 (and K2.5/K2.6's ``text_config``) and DeepSeek-V4 field names) and
 `to_hf_dict` (MLAConfig -> the fields that read back to an equal config), with the key mapping of the
 attention's widths in one table (`FIELDS`) that both directions use; the RoPE fields (`hf_rope`) and the
@@ -13,19 +13,22 @@ ValueError naming the field and the reason. Optional fields that are absent take
 `MLAConfig.from_hf` / `MLAConfig.to_hf` are the public entries; `Checkpoint.save` writes `to_hf_dict`'s
 output.
 
-The round trip ``from_hf_dict(to_hf_dict(cfg), cfg.name) == cfg`` holds for every valid config that is
+The round trip ``MLAConfig.from_hf(to_hf_dict(cfg), cfg.name) == cfg`` holds for every valid config that is
 quantized, or whose ``weight_block`` is (128, 128) and ``scale_fmt`` None (an unquantized config.json has
 no quantization_config to carry them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import MLAConfig
 from .hf_quantization import read_quantization, write_quantization
-from .hf_rope import field_default, read_interleave, read_rope, write_rope
+from .hf_rope import read_interleave, read_rope, write_rope
+
+if TYPE_CHECKING:
+    from .config import MLAConfig
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,10 @@ ARCHITECTURES = {"v3": "DeepseekV3ForCausalLM", "v3.2": "DeepseekV32ForCausalLM"
 TEXT_CONFIG, TEXT_PREFIX = "text_config", "language_model."
 
 
-def _read(data: dict, field: HfField, arch: str) -> int | float:
+def _read(data: dict, field: HfField, arch: str, defaults: Mapping[str, Any]) -> int | float:
     if field.required or (field.indexer and field.arch != arch):  # DeepSeek-V3.2 needs all its indexer fields
         return _int(data, field.key)
-    default = field_default(MLAConfig, field.attribute)
+    default = defaults[field.attribute]
     if field.kind is float:
         return _float(data, field.key, default)
     return _int(data, field.key, False, default)
@@ -123,8 +126,9 @@ def language_model(data: dict) -> tuple[dict, str, Any]:
     return text, TEXT_PREFIX, outer if outer is not None else inner
 
 
-def from_hf_dict(data: dict, name: str) -> MLAConfig:
-    """The MLAConfig a parsed config.json describes, named `name`."""
+def from_hf_fields(data: dict, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The MLAConfig fields (all but the name) a parsed config.json describes; `defaults` are the config
+    class's, taken where an optional key is absent."""
     if not isinstance(data, dict):
         raise ValueError(f"config.json must be a JSON object, got {type(data).__name__}")
     data, prefix, quant = language_model(data)
@@ -138,14 +142,13 @@ def from_hf_dict(data: dict, name: str) -> MLAConfig:
     if data.get("q_lora_rank", 0) is None:
         raise ValueError("config.json: q_lora_rank is null (a direct q_proj, DeepSeek-V2-Lite style) - not supported")
     arch = "v4" if is_v4 else "v3"
-    theta, scaling = read_rope(data, arch)
+    theta, scaling = read_rope(data, arch, defaults["rope_theta"])
     layers = data.get("num_hidden_layers")
     layers = layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else 1
     quantization = read_quantization(quant, arch, prefix, layers)
     indexer = not is_v4 and _is_v32(data)
-    values = {f.attribute: _read(data, f, arch) for f in FIELDS if f.carried_by(arch, indexer)}
-    return MLAConfig(
-        name=name,
+    values = {f.attribute: _read(data, f, arch, defaults) for f in FIELDS if f.carried_by(arch, indexer)}
+    return dict(
         arch=arch,
         rope_theta=theta,
         rope_scaling=scaling,
@@ -170,7 +173,7 @@ def _family(cfg: MLAConfig) -> str:
 
 
 def to_hf_dict(cfg: MLAConfig, quantized: bool | None = None) -> dict[str, Any]:
-    """The config.json fields `from_hf_dict` reads back to an equal config (name aside).
+    """The config.json fields `from_hf_fields` reads back to an equal config (name aside).
 
     ``quantized`` (default ``cfg.quantized``) adds DeepSeek's ``quantization_config`` (fp8, e4m3,
     dynamic activations, ``cfg.weight_block``, ``scale_fmt`` when set). Every attention head has its own

@@ -24,9 +24,12 @@ and why, is in the messages below. In short:
 from __future__ import annotations
 
 from dataclasses import MISSING, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import MLAConfig, RopeScaling
+from .rope_scaling import RopeScaling
+
+if TYPE_CHECKING:
+    from .config import MLAConfig
 
 # rope_scaling / rope_parameters keys: RopeScaling's fields, plus the kind and theta spellings.
 ROPE_SCALING_KEYS = tuple(f.name for f in fields(RopeScaling))
@@ -83,11 +86,11 @@ def _merged_spec(data: dict) -> dict[str, Any]:
     return spec
 
 
-def _theta(data: dict, spec: dict) -> float:
+def _theta(data: dict, spec: dict, default: float) -> float:
     theta = data.get("rope_theta")
     if theta is not None and "rope_theta" in spec and float(spec["rope_theta"]) != float(theta):
         raise ValueError(f"config.json: rope_theta {theta} and rope_parameters.rope_theta {spec['rope_theta']} differ")
-    return float(theta if theta is not None else spec.get("rope_theta", field_default(MLAConfig, "rope_theta")))
+    return float(theta if theta is not None else spec.get("rope_theta", default))
 
 
 def _check_partial_rotary(data: dict, spec: dict, arch: str) -> None:
@@ -140,10 +143,11 @@ def _factor(data: dict, spec: dict, original_max: int, mscale_all_dim: float) ->
     return _positive_int("max_position_embeddings", data["max_position_embeddings"]) / original_max
 
 
-def read_rope(data: dict, arch: str) -> tuple[float, RopeScaling | None]:
-    """(rope_theta, scaling) of a parsed config.json (the language model's part of it) of family `arch`."""
+def read_rope(data: dict, arch: str, default_theta: float) -> tuple[float, RopeScaling | None]:
+    """(rope_theta, scaling) of a parsed config.json (the language model's part of it) of family `arch`;
+    `default_theta` where it names none."""
     spec = _merged_spec(data)
-    theta = _theta(data, spec)
+    theta = _theta(data, spec, default_theta)
     _check_partial_rotary(data, spec, arch)
     kind = spec.get("rope_type", spec.get("type")) or "default"
     if kind == "default":

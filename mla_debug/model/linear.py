@@ -185,7 +185,7 @@ class QuantizedLinear:
         """
         weight = self.loaded_weight if before_kernel_load else self.block.weight
         violation = weight_read_violation(
-            reader, f"{self.name}.weight", weight.layout, None, weight.k, weight.data.element_size(), direct_reader=True
+            reader, self.name, weight.layout, None, weight.k, weight.data.element_size(), direct_reader=True
         )
         data = weight.data[:, : weight.k] if weight.data.shape[1] != weight.k else weight.data
         return block_dequantize(data, weight.scale, weight.block), violation

@@ -1,4 +1,4 @@
-"""DeepSeek-V3/R1 and Kimi-K2 MLA attention, one rank, in vLLM's order of ops (SEMANTICS 7).
+"""DeepSeek-V3/R1 and Kimi-K2 MLA attention, one rank, in vLLM's order of ops (docs/semantics.md §9).
 
 Step names (stable; analysis and notebooks key on them):
 
@@ -100,7 +100,7 @@ class MLAv3Rank(RankLayer):
         wants = consumer_orders(self.linears, CONSUMERS)
         if wants is None:
             return UNFUSED
-        written = written_layout(b.v3_fused_transpose_scale)
+        written = written_layout(b.v3_fused_transpose_scale, b.fused_scale_strided)
         eps = self.cfg.rms_norm_eps
         if eps not in FUSION_PATTERN_EPSILONS:
             note = f"rms_norm_eps={eps:g} is not an epsilon the compile pass registers its pattern for (1e-5, 1e-6)"

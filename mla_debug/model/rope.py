@@ -4,7 +4,7 @@ pairings of the R rope dimensions.
 - interleaved (GPT-J, ``rope_interleave: true`` - DeepSeek's convention, and the default when the key is
   absent): dimension pairs (x[2i], x[2i+1]) rotate by frequency i. vLLM's DeepSeek models rotate them in
   place (``is_neox_style=False``); transformers' ``apply_rotary_pos_emb_interleave`` returns the rotated
-  pairs de-interleaved ([evens | odds]). q.k is the same; intermediates are permutations (SEMANTICS 7).
+  pairs de-interleaved ([evens | odds]). q.k is the same; intermediates are permutations (docs/semantics.md §9).
 - halves (NeoX, ``rope_interleave: false``, which transformers 5 can write): pairs (x[i], x[i + R/2])
   rotate by frequency i, in place - transformers' ``apply_rotary_pos_emb`` with ``rotate_half``, SGLang's
   ``is_neox_style=True``. No permutation: every intermediate equals transformers'.
@@ -19,7 +19,8 @@ import math
 
 import torch
 
-from .config import MLAConfig, RopeScaling
+from .config import MLAConfig
+from .rope_scaling import RopeScaling
 
 
 def _correction_dim(rotations: float, dim: int, base: float, max_positions: int) -> float:

@@ -1,6 +1,6 @@
 """Validation of the inputs of the fused RMSNorm + group quant op and its unfused baselines.
 
-Every rule of SEMANTICS 9 is checked here, once, for every backend, so a bad call fails with a message
+Every rule of docs/semantics.md §11 is checked here, once, for every backend, so a bad call fails with a message
 naming the argument, its shape and the rule - never with a torch shape error from inside a kernel.
 """
 
@@ -19,7 +19,7 @@ from ..numerics import Fp8Format, QuantFlavor, fp8_format, quant_flavor
 # aiter's fused kernel keeps one row in registers/LDS; rows wider than this are rejected by it.
 MAX_WIDTH = 8192
 
-# The activation dtypes the op takes (SEMANTICS 9: bf16/fp16; fp32 is accepted for references).
+# The activation dtypes the op takes (docs/semantics.md §11: bf16/fp16; fp32 is accepted for references).
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -128,7 +128,7 @@ def validate_inputs(
     flavor: object,
     gemma_norm: bool,
 ) -> NormQuantArgs:
-    """Check a call against SEMANTICS 9 and return the normalized arguments; `op` prefixes messages."""
+    """Check a call against docs/semantics.md §11 and return the normalized arguments; `op` prefixes messages."""
     if isinstance(group_size, bool) or not isinstance(group_size, int):
         raise TypeError(f"{op}: group_size must be an int, got {type(group_size).__name__}")
     if group_size <= 0:
@@ -158,7 +158,7 @@ def validate_inputs(
         if k_weight is None:
             raise ValueError(f"{op}: k_weight is required with k ({describe(k)}); expected shape ({k.shape[1]},)")
         k_weight = _require_weight(f"{op}: k_weight", k_weight, k.shape[1], "k (M, n2)")
-        # SEMANTICS 9: the k eps defaults to the q eps.
+        # docs/semantics.md §11: the k eps defaults to the q eps.
         k_eps_value = q_eps if k_eps is None else _require_eps(f"{op}: k_eps", k_eps)
 
     if residual is not None:

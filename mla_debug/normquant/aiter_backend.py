@@ -11,7 +11,7 @@ installed aiter offers, naming it in the result's ``producer``:
   signature here). The caller allocates every output: q_out_quantized (M, n1) of ``aiter.dtypes.fp8``,
   q_out_scale fp32 (M, n1/group_size), with ``transpose_scale`` a contiguous buffer holding the transposed
   bytes (aiter's test allocates ``torch.empty((G, M)).view(M, G)``); k_out and q_res_out with k and
-  q_residual; every tensor in q's dtype. Its quant recipe is taken to be the fused one (SEMANTICS 9:
+  q_residual; every tensor in q's dtype. Its quant recipe is taken to be the fused one (docs/semantics.md §11:
   amax floor 1e-10, amax / max); its HIP source is not in the pinned release, so that is not checked.
 - the Triton ``fused_rms_fp8_group_quant`` (aiter/ops/triton/fused_fp8_quant.py in the released
   amd-aiter 0.1.7.post2.dev18, aiter/ops/triton/quant/fused_fp8_quant.py later), which the released

@@ -1,9 +1,9 @@
-"""aiter's fused RMSNorm + FP8 group quant (``fused_qk_rmsnorm_group_quant``, SEMANTICS 9), and its backends.
+"""aiter's fused RMSNorm + FP8 group quant (``fused_qk_rmsnorm_group_quant``), and its backends.
 
-The op normalizes q (M, n1) and, optionally, k (M, n2) in fp32 and quantizes q per 1 x group_size group
-straight from the fp32 normalized values - one rounding, where the unfused path (`unfused.py`) first
-rounds to bf16 and quantizes that (two roundings). DeepSeek-V4 on ROCm runs it on (qr, kv) after
-fused_wqa_wkv since vLLM PR #53540.
+The op (docs/semantics.md §11) normalizes q (M, n1) and, optionally, k (M, n2) in fp32 and quantizes q
+per 1 x group_size group straight from the fp32 normalized values - one rounding, where the unfused path
+(`unfused.py`) first rounds to bf16 and quantizes that (two roundings). DeepSeek-V4 on ROCm runs it on
+(qr, kv) after fused_wqa_wkv since vLLM PR #53540.
 
 Backends are implementations in the sense of `mla_debug.implementations` (as the GEMM kernels are),
 held by the registry `NORM_QUANT_BACKENDS`, each saying which devices it serves and which calls it takes:

@@ -1,4 +1,4 @@
-"""RMSNorm in fp32, exactly as the reference defines it (SEMANTICS 9), before any rounding to bf16 or fp8.
+"""RMSNorm in fp32, exactly as the reference defines it (docs/semantics.md §11), before any rounding to bf16 or fp8.
 
 The rounding steps are fixed so that an independent fp32 emulation reproduces them bit for bit:
 

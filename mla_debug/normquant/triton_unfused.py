@@ -1,6 +1,6 @@
 """The pre-fusion path in Triton: an RMSNorm kernel, then a separate per-1x128 group quant kernel.
 
-This is what the fused kernel replaced in DeepSeek-V4 (SEMANTICS 8): one launch normalizes qr and kv to
+This is what the fused kernel replaced in DeepSeek-V4 (docs/semantics.md §10): one launch normalizes qr and kv to
 bf16, one quantizes the bf16 qr for wq_b, and one quantizes the same bf16 qr again inside indexer.wq_b -
 three launches, the bf16 qr written once and read twice. Same math as the torch unfused path
 (`unfused.py`: fp32 norm, rounding to the activation dtype, quant of the rounded values), so the

@@ -4,7 +4,7 @@ These functions return plain tensors: fp8 values and the LOGICAL fp32 scale (one
 block). How the scale is laid out in memory for a kernel is a layout question, answered in
 ``mla_debug.layouts``.
 
-Recipe (SEMANTICS 2): ``amax = max(max|x|, floor)`` in fp32 (no floor where the flavor has none; NaN left
+Recipe (docs/semantics.md §3): ``amax = max(max|x|, floor)`` in fp32 (no floor where the flavor has none; NaN left
 out where the flavor's C++ reduction drops it), ``scale = amax / fmt_max`` (or ``amax * fp32(1/fmt_max)``,
 by the flavor's scale rule; an all-zero group's scale replaced where the flavor says so; with ue8m0 rounded
 up to a power of two by the flavor's rule), ``q = cast_rne(x * (1/scale))``, ``x / scale`` or
@@ -253,7 +253,16 @@ def block_dequantize(q: torch.Tensor, scale: torch.Tensor, block: tuple[int, int
     nb, kb = -(-n // bn), -(-k // bk)
     if tuple(scale.shape) != (nb, kb):
         raise ValueError(f"weight scale: {describe(scale)} does not match weight {describe(q)} in {block} blocks")
-    values = fmt.decode(q)
+    return scale_blocks_(fmt.decode(q), scale, block)
+
+
+def scale_blocks_(values: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] = (128, 128)) -> torch.Tensor:
+    """Multiply fp32 (N, K) `values` in place by their (ceil(N/bn), ceil(K/bk)) block scale; returns them.
+    `block_dequantize` is `scale_blocks_(decode(q), scale)`; a reader that keeps the decoded fp8 values
+    (exact in bf16) scales a fp32 copy of them the same way, to the same bits."""
+    n, k = values.shape
+    bn, bk = block
+    kb = -(-k // bk)
     if k % bk == 0:
         # Broadcast over whole row blocks, then the partial last block (e.g. 2112 = 16.5 x 128 rows),
         # so no (N, K) expanded scale is ever materialized.

@@ -28,11 +28,6 @@ def gather_step(records: list[StepRecord]) -> StepRecord:
         output = sum_in_rank_order(outputs).to(first.output.dtype)
     else:
         output = first.output
-    violations, seen = [], set()
-    for record in records:
-        for violation in record.violations:
-            if violation.message not in seen:
-                seen.add(violation.message)
-                violations.append(violation)
+    violations = list(dict.fromkeys(v for record in records for v in record.violations))
     notes = list(dict.fromkeys(note for record in records for note in record.notes))
     return replace(first, output=output, rank=None, violations=violations, notes=notes, _stats=None)

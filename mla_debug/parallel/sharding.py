@@ -1,4 +1,4 @@
-"""Tensor-parallel sharding rules of the MLA layers (SEMANTICS 7 and 8), applied as views, not copies.
+"""Tensor-parallel sharding rules of the MLA layers (docs/semantics.md §12), applied as views, not copies.
 
 Column-parallel linears keep rows of Nh/t heads (or G/t output groups); row-parallel ones keep input
 columns and produce partial sums; replicated ones are whole on every rank. Block scales shard with their

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from .behaviour import ModelBehaviour
 from .citations import Engine, Source
-from .lookup import profile_names
+from .lookup import scenario, scenario_names
 from .resolution import AppliedRule, Resolution, SettingInEffect
 from .rules import Rule, When
 from .scenario import Scenario
-from .seed_scenarios import SCENARIOS, scenario, scenario_names
+from .seed_scenarios import SCENARIOS
 from .settings import Setting, SettingKind
-from .shipped_data import data_folder, engine_profile_files
+from .shipped_data import data_folder, engine_profile_files, profile_names
 
 __all__ = [
     "SCENARIOS",

@@ -41,6 +41,11 @@ class ModelBehaviour:
         preshuffled GEMM directly.
     skip_model_shuffle_if_kernel_preshuffles: PR #56433 - the model does not shuffle a weight its
         kernel already preshuffled.
+    v4_wqa_wkv_override: whether the ROCm model's call of fused_wqa_wkv reaches its override, which multiplies
+        the weight it shuffled itself through aiter's preshuffled GEMM (vLLM 0.33.0 ``models/deepseek_v4/amd/
+        rocm.py``, ``DeepseekV4ROCMAiterMLAAttention._fused_wqa_wkv_gemm``). False models vLLM main between PR
+        #51430, which inlined ``self.fused_wqa_wkv(hidden_states)[0]`` at the call site, and PR #51821, which
+        restored the override point: the linear's own kernel reads the shuffled bytes (wo_b keeps its call).
     norm_quant_backend: which implementation runs a fused norm+quant producer, DeepSeek-V4's and
         DeepSeek-V3's (``v3_fused_norm_quant``) alike ("auto": the Triton kernel on
         NVIDIA GPUs, aiter's on ROCm, the torch reference on the CPU; or the name of a backend in
@@ -80,6 +85,12 @@ class ModelBehaviour:
 
     Both families:
 
+    fused_scale_strided: whether a fused producer's ``transpose_scale=True`` scale carries the strides of
+        its bytes, (1, M) (COL_MAJOR_STRIDED): aiter's ``fused_rms_fp8_group_quant`` after ROCm/aiter PR #4506
+        returns ``.transpose(0, 1)`` of its (G, M) buffer, and SGLang 0.5.23 restrides it itself
+        (``models/deepseek_v4.py`` ``_fused_rmsnorm_fp8_quant`` -> ``view_aiter_fused_rms_transposed_fp8_scale``,
+        SGLang PR #31727). False: the wrapper before #4506 returns ``.view(M, G)`` - column-major bytes behind
+        row-major strides (COL_MAJOR "view"), which a consumer reading by strides misreads.
     honours_rope_interleave: whether the model code rotates the RoPE pairs the checkpoint's
         ``rope_interleave`` names (True: SGLang 0.5.23, ``DeepseekV2AttentionMLA.__init__``:
         ``is_neox_style = not getattr(config, "rope_interleave", True)``). False: interleaved pairs
@@ -93,6 +104,7 @@ class ModelBehaviour:
     v4_ask_consumers: bool = False
     v4_model_preshuffle: bool = False
     skip_model_shuffle_if_kernel_preshuffles: bool = False
+    v4_wqa_wkv_override: bool = True
     norm_quant_backend: str = "auto"
     v4_wo_a_is_bmm: bool = True
     v3_fused_norm_quant: bool = False
@@ -102,6 +114,7 @@ class ModelBehaviour:
     absorbed_weights_derived: str = "after-kernel-load"
     load_order: str = "standard"
     honours_rope_interleave: bool = True
+    fused_scale_strided: bool = False
 
     def __post_init__(self) -> None:
         problems = behaviour_problems(self)

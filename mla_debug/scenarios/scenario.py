@@ -5,7 +5,7 @@ profiles (a release's settings and rules) are scenario files under ``data/engine
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from .resolution import AppliedRule, Resolution, SettingInEffect
 from .rules import Rule, apply_rules
 from .scenario_files import parse_scenario, read_scenario_file
 from .settings import Setting, parse_settings, settings_in_effect
+from .shipped_data import profile_names
 
 _EFFECTIVE = (
     "priority",
@@ -28,6 +29,22 @@ _EFFECTIVE = (
     "tuned_path",
     "triton_configs_path",
 )
+
+
+# How a scenario file's ``base`` and ``fixed_by`` names are found (`lookup.named_scenario`, which imports
+# this module and registers itself when the package loads): a registry of one, so the two never import
+# each other.
+_NAMED: list[Callable[[str], Scenario]] = []
+
+
+def register_named_lookup(lookup: Callable[[str], Scenario]) -> None:
+    _NAMED[:] = [lookup]
+
+
+def _named_lookup() -> Callable[[str], Scenario]:
+    if not _NAMED:
+        raise RuntimeError("no scenario lookup is registered: import mla_debug.scenarios, not its modules alone")
+    return _NAMED[0]
 
 
 @dataclass(frozen=True)
@@ -88,9 +105,7 @@ class Scenario:
         >>> Scenario.from_dict({"name": "no-flags", "base": "vllm-pr56433",
         ...                     "kernel_options": {"aiter-bpreshuffle": {"honour_layer_flags": False}}})
         """
-        from .lookup import named_scenario
-
-        return cls(**parse_scenario(cls, data, name, named_scenario, source=source, relative_to=relative_to))
+        return cls(**parse_scenario(cls, data, name, _named_lookup(), source=source, relative_to=relative_to))
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Scenario:
@@ -198,8 +213,6 @@ class Scenario:
                 )
             return replace(self.origin.with_settings(values).resolve(self.resolved_on), name=self.name)
         if not self.settings:
-            from .lookup import profile_names
-
             profiles = ", ".join(profile_names()) or "none found"
             raise ValueError(f"{where} declares no settings; engine profiles do ({profiles})")
         _, chosen = parse_settings(where, dict(values), self.settings, self.chosen)

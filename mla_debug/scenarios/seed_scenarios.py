@@ -8,7 +8,7 @@ the yardstick), not a release. Releases are modelled by the engine profiles ship
 |---------------|----------------|
 | reference     | torch-reference kernel everywhere, correct layouts, unfused V4 norm: the yardstick |
 | vllm-baseline | vLLM on ROCm before PR #51692: AiterFp8BlockScaledMM first; V4 fused norm+quant (ROW_MAJOR) and the V4 model's own preshuffle with direct bpreshuffle calls |
-| vllm-pr51692  | the preshuffled kernel first (chosen per rank shape through the tuned table), flags ignored: the four defects of SEMANTICS 6; fixed by vllm-pr56433 |
+| vllm-pr51692  | the preshuffled kernel first (chosen per rank shape through the tuned table), flags ignored: the four defects of docs/semantics.md §8; fixed by vllm-pr56433 |
 | vllm-pr56433  | the fix: flags honoured, consumers asked for their scale order, model skips its shuffle when the kernel preshuffled |
 | nvidia-cublas | NVIDIA: cuBLAS blockwise scaled_mm (strict stride contract), reference where it cannot run |
 
@@ -22,14 +22,8 @@ name, a Scenario, a dict or a path to such a file::
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import Any
-
 from .behaviour import ModelBehaviour
-from .lookup import named_scenario
 from .scenario import Scenario
-from .scenario_files import is_scenario_file_name
 
 _V4_ROCM = dict(v4_fused_norm_quant=True, v4_fused_transpose_scale=False, v4_model_preshuffle=True)
 
@@ -50,7 +44,7 @@ SCENARIOS: dict[str, Scenario] = {
             kernel_options={"aiter-bpreshuffle": {"honour_layer_flags": False}},
             behaviour=ModelBehaviour(**_V4_ROCM),
             upstream="vLLM PR #51692",
-            # SEMANTICS 6: PR #56433 fixes the four defects of PR #51692.
+            # docs/semantics.md §8: PR #56433 fixes the four defects of PR #51692.
             fixed_by="vllm-pr56433",
         ),
         Scenario(
@@ -65,34 +59,3 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
-
-
-def scenario_names() -> list[str]:
-    """The names of the built-in (seed) scenarios; `named.profile_names` gives the engine profiles'."""
-    return list(SCENARIOS)
-
-
-def scenario(spec: str | os.PathLike | Mapping[str, Any] | Scenario) -> Scenario:
-    """A built-in scenario or engine profile by name, a Scenario passed through, a dict
-    (`Scenario.from_dict`) or a .yml/.yaml/.json file (`Scenario.from_file`); an unknown name's error
-    lists the valid names. A profile comes unresolved: `Scenario.resolve` (which every run does)
-    applies its rules for a platform.
-
-    >>> md.scenario("vllm-pr51692"), md.scenario("vllm-0.33"), md.scenario("my-scenario.yaml")
-    """
-    if isinstance(spec, Scenario):
-        return spec
-    if isinstance(spec, Mapping):
-        return Scenario.from_dict(spec)
-    if isinstance(spec, os.PathLike):
-        return Scenario.from_file(spec)
-    if not isinstance(spec, str):
-        raise TypeError(
-            f"scenario: expected a name, a Scenario, a dict or a path to a .yml/.yaml/.json file, "
-            f"got {type(spec).__name__}"
-        )
-    if spec in SCENARIOS:
-        return SCENARIOS[spec]
-    if is_scenario_file_name(spec):
-        return Scenario.from_file(spec)  # FileNotFoundError names the path when it is missing
-    return named_scenario(spec)  # an engine profile, or the error listing every name

@@ -5,7 +5,7 @@ A setting is declared once, in a profile::
 
     settings:
       VLLM_ROCM_USE_AITER:
-        kind: env                  # env (an environment variable), arg (a server argument) or fact
+        kind: env                  # env (an environment variable), arg (a server argument), fact, or code
         default: "0"               # the value the release uses when nobody sets it
         values: ["0", "1"]         # every value the profile models; anything else is refused
         says: aiter's kernels are used only when this is 1
@@ -16,8 +16,10 @@ and set, in a scenario built on it (``base: vllm-0.33``), by a scalar: ``setting
 the scenario runs with when it is not the default (what `Scenario.to_dict` writes for a set setting).
 
 Values are compared as text: YAML reads ``1`` as a number and ``"1"`` as a string, the command line gives
-text, so every value is made canonical text first (true/false for booleans). Only env and arg settings
-are what a user can change tonight; a fact (the HIP version) describes the machine.
+text, so every value is made canonical text first (true/false for booleans). Env and arg settings are
+what a user can change tonight, and a code setting (a module constant such as SGLang's
+``_use_aiter_bpreshuffle_gfx95``) what a one-line edit of the engine's source changes; a fact (the HIP
+version) describes the machine.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class SettingKind(str, Enum):
     ENV = "env"  # an environment variable of the serving process
     ARG = "arg"  # a server argument (--fp8-gemm-backend)
     FACT = "fact"  # a fact about the machine (the HIP version); not a knob
+    CODE = "code"  # a constant in the engine's source a user can edit in one line (_use_aiter_bpreshuffle_gfx95)
 
     @property
     def settable(self) -> bool:
@@ -57,7 +60,7 @@ def canonical_value(where: str, key: str, value: Any) -> str:
 
 def setting_text(name: str, kind: SettingKind, value: str) -> str:
     """How a user writes a setting: ``NAME=value`` for an environment variable, ``--arg value`` for a
-    server argument, ``NAME = value`` for a fact."""
+    server argument, ``NAME = value`` for a fact or a source constant."""
     if kind is SettingKind.ENV:
         return f"{name}={value}"
     if kind is SettingKind.ARG:

@@ -49,3 +49,12 @@ def engine_profile_files() -> dict[str, Path]:
             raise ValueError(f"{folder}: {named[path.stem].name} and {path.name} both name the profile {path.stem!r}")
         named[path.stem] = path
     return named
+
+
+def profile_names() -> list[str]:
+    """The engine profiles in the data folder (``data/engines/*.yaml``), sorted; none when there is no
+    data folder or two files share a name (`md.scenario` then says why), so a help text always prints."""
+    try:
+        return list(engine_profile_files())
+    except (FileNotFoundError, ValueError):
+        return []

@@ -409,5 +409,5 @@ def _layer_of(step: str, combo, diff: RunDiff) -> str:
             return change.target
     for s in diff.steps:
         for v in s.effective_violations:
-            return v.tensor.split(" ")[0].removesuffix(".weight")
+            return v.module
     return step

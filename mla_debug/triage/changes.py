@@ -20,7 +20,7 @@ from enum import Enum
 from ..kernels import KERNELS, KernelChoice, kernel_class, kernel_names
 from ..kernels.base import vllm_class_of
 from ..kernels.choice import DENSE
-from ..layouts import ContractViolation, ViolationKind
+from ..layouts import ConsumerOrders, ContractViolation, ScaleLayout, ViolationKind, WeightLayout
 from ..scenarios import Scenario, SettingKind
 
 KERNEL_TO_REFERENCE = "kernel-to-reference"
@@ -39,24 +39,30 @@ BehaviourValue = bool | str
 class BehaviourFix:
     """One model-side change bisection may try: set behaviour `field` to `value`, described as the change
     to the serving engine that does it. Offered for the model families in `archs` when the scenario's
-    behaviour has another value - and, with `requires`, only while that bool field is on (the change
-    means nothing without it); with `config_requires` (an MLAConfig attribute and value), only for layers
+    behaviour has another value - and, with `requires`, only while that bool field (or every field of a
+    tuple) is on (the change means nothing without it); with `config_requires` (an MLAConfig attribute and value), only for layers
     whose config has that value (a change that cannot matter to the others is not tried on them)."""
 
     field: str
     value: BehaviourValue
     archs: tuple[str, ...]
     description: str
-    requires: str | None = None
+    requires: str | tuple[str, ...] | None = None
     config_requires: tuple[str, object] | None = None
 
     def offered(self, behaviour, cfg) -> bool:
         return (
             cfg.arch in self.archs
             and getattr(behaviour, self.field) != self.value
-            and (self.requires is None or bool(getattr(behaviour, self.requires)))
+            and all(bool(getattr(behaviour, name)) for name in self._required)
             and (self.config_requires is None or getattr(cfg, self.config_requires[0]) == self.config_requires[1])
         )
+
+    @property
+    def _required(self) -> tuple[str, ...]:
+        if self.requires is None:
+            return ()
+        return (self.requires,) if isinstance(self.requires, str) else tuple(self.requires)
 
     def change(self) -> Change:
         # A bool switched on carries no value: the change reads (and serializes) as it always has.
@@ -64,6 +70,10 @@ class BehaviourFix:
 
 
 # Model-side fixes bisection may try, in the order it tries them (DeepSeek-V4's first two as before).
+_STRIDED = (
+    "presenting the fused producer's transposed scale with the strides of its bytes, (1, M) (aiter PR #4506, "
+    "SGLang PR #31727)"
+)
 BEHAVIOUR_FIXES: tuple[BehaviourFix, ...] = (
     BehaviourFix("v4_ask_consumers", True, ("v4",), "asking wq_b and indexer.wq_b for their scale order"),
     BehaviourFix(
@@ -73,6 +83,14 @@ BEHAVIOUR_FIXES: tuple[BehaviourFix, ...] = (
         "skipping the model's own shuffle of weights the kernel preshuffled",
     ),
     BehaviourFix("v4_wo_a_is_bmm", True, ("v4",), "keeping is_bmm set on wo_a (DeepSeek-V4.1's ROCm model resets it)"),
+    BehaviourFix(
+        "v4_wqa_wkv_override",
+        True,
+        ("v4",),
+        "calling fused_wqa_wkv through the model's override, the preshuffled GEMM for the weight the model "
+        "shuffled itself (the override point vLLM PR #51430 removed and #51821 restored)",
+        requires="v4_model_preshuffle",
+    ),
     BehaviourFix(
         "load_order",
         "standard",
@@ -93,6 +111,20 @@ BEHAVIOUR_FIXES: tuple[BehaviourFix, ...] = (
         ("v3",),
         "the fused q_a_layernorm + quant producer writing COL_MAJOR scales (transpose_scale=True)",
         requires="v3_fused_norm_quant",
+    ),
+    BehaviourFix(
+        "fused_scale_strided",
+        True,
+        ("v4",),
+        _STRIDED,
+        requires=("v4_fused_norm_quant", "v4_fused_transpose_scale"),
+    ),
+    BehaviourFix(
+        "fused_scale_strided",
+        True,
+        ("v3",),
+        _STRIDED,
+        requires=("v3_fused_norm_quant", "v3_fused_transpose_scale"),
     ),
     BehaviourFix(
         "honours_rope_interleave",
@@ -297,7 +329,10 @@ def setting_changes(scenario: Scenario) -> list[Change]:
             if changed.effective_fields() == scenario.effective_fields():
                 continue
             text = declared.text(value)
-            what = "environment variable" if declared.kind is SettingKind.ENV else "server argument"
+            what = {
+                SettingKind.ENV: "environment variable",
+                SettingKind.CODE: "a one-line edit of the engine's source",
+            }.get(declared.kind, "server argument")
             changes.append(Change(SET_SETTING, name, f"setting {text} ({what})", text, value))
     return changes
 
@@ -319,16 +354,18 @@ def _kernel_disables(scenario: Scenario, kernels: dict[str, KernelChoice]) -> li
 
 def cause(violation: ContractViolation) -> str:
     """What went wrong, in words, from a broken contract."""
-    if violation.kind is ViolationKind.RELAID_WEIGHT_DIRECT_READ:
-        shufflers = violation.found.split(" by ")[-1] if " by " in violation.found else "a kernel"
-        return f"{shufflers.split('.')[0]} re-laid out the weight that {violation.consumer} reads directly"
-    if violation.kind is ViolationKind.SCALE_ORDER:
-        return f"{violation.consumer} reads {violation.expected} activation-scale bytes written {violation.found}"
-    if violation.kind is ViolationKind.DOUBLE_SHUFFLE:
-        return f"the weight was shuffled more than once ({violation.found}) and {violation.consumer} un-shuffles once"
-    if violation.kind is ViolationKind.CONSUMERS_DISAGREE:
-        return f"one pre-quantized q-lora feeds consumers that disagree on its scale order ({violation.found})"
-    return violation.message
+    found, expected = violation.found, violation.expected
+    if violation.kind is ViolationKind.RELAID_WEIGHT_DIRECT_READ and isinstance(found, WeightLayout):
+        shuffler = found.shufflers[-1].split(".")[0] if found.shufflers else "a kernel"
+        return f"{shuffler} re-laid out the weight that {violation.consumer} reads directly"
+    if violation.kind is ViolationKind.SCALE_ORDER and isinstance(found, ScaleLayout):
+        return f"{violation.consumer} reads {expected.name} activation-scale bytes written {found.name}"
+    if violation.kind is ViolationKind.DOUBLE_SHUFFLE and isinstance(found, WeightLayout):
+        return f"the weight was shuffled more than once ({found.describe()}) and {violation.consumer} un-shuffles once"
+    if violation.kind is ViolationKind.CONSUMERS_DISAGREE and isinstance(found, ConsumerOrders):
+        wanted = ", ".join(f"{name} reads {layout.name}" for name, layout in found.orders)
+        return f"one pre-quantized q-lora feeds consumers that disagree on its scale order ({wanted})"
+    return str(violation)
 
 
 def causes(violations: list[ContractViolation]) -> str:

@@ -125,7 +125,6 @@ class TriageSession:
         self._truth: dict[str, object] = {}
         self._reference: dict[tuple[int, str], object] = {}
         self._floor: dict[tuple[int, str], dict[str, float]] = {}
-        self._dense: Checkpoint | None = None
         self._twins: dict[tuple[int, str], str] = {}
         self.cache = CachedExecutor(self.cfg, self.ckpt, self.platform) if reuse else None
         # Bisection trial outcomes by effective configuration (see `outcome_key`), across scenarios.
@@ -136,11 +135,14 @@ class TriageSession:
         return self.cache is not None
 
     def truth(self, mode: str):
-        if mode not in self._truth:
-            if self._dense is None:
-                self._dense = dense_twin(self.ckpt)
-            layer = MLALayer(self.cfg, self._dense, 1, self.platform, "reference", torch.float32, device=self.device)
-            self._truth[mode] = layer.run(self.hidden, self.positions, mode)
+        """The fp32 TP1 run of `mode` on the dequantized weights. Every mode's is made at the first call:
+        the fp32 weights are four times the checkpoint's size, so they live only while nothing else of
+        the session's is built, and are dropped once both truths exist."""
+        if not self._truth:
+            dense = dense_twin(self.ckpt)
+            layer = MLALayer(self.cfg, dense, 1, self.platform, "reference", torch.float32, device=self.device)
+            for m in MODES:
+                self._truth[m] = layer.run(self.hidden, self.positions, m)
         return self._truth[mode]
 
     def reference(self, tp: int, mode: str):
@@ -150,7 +152,8 @@ class TriageSession:
 
     def floor(self, tp: int, mode: str) -> dict[str, float]:
         if (tp, mode) not in self._floor:
-            self._floor[(tp, mode)] = step_floor(self.reference(tp, mode), self.truth(mode))
+            truth = self.truth(mode)  # first: its fp32 weights are gone before the reference's are decoded
+            self._floor[(tp, mode)] = step_floor(self.reference(tp, mode), truth)
         return self._floor[(tp, mode)]
 
     def run(self, scen: Scenario | str, tp: int, mode: str):
@@ -388,7 +391,7 @@ class TriageResult:
         return self._report
 
     def to_dict(self) -> dict:
-        """The report's JSON data (schema 5; see `triage.report`)."""
+        """The report's JSON data (schema 6; see `triage.report`)."""
         return self.report().to_dict()
 
     def to_json(self, path) -> Path:

@@ -10,9 +10,10 @@ is imported inside the functions, so importing this module never needs it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .diff import StepDiff, worst_step
+if TYPE_CHECKING:
+    from .diff import StepDiff
 
 
 class RunRows(Protocol):
@@ -23,6 +24,9 @@ class RunRows(Protocol):
     verdict: str
     first_divergent_step: str | None
     steps: list[StepDiff]
+
+    @property
+    def worst(self) -> StepDiff | None: ...
 
 
 def steps_frame(steps: Iterable[StepDiff]):
@@ -77,7 +81,7 @@ def summary_frame(runs: Iterable[RunRows]):
 
     rows = []
     for r in runs:
-        worst = worst_step(r.steps)
+        worst = r.worst
         kinds = sorted({str(v.kind) for s in r.steps for v in s.effective_violations})
         rows.append(
             dict(

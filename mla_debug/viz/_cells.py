@@ -73,8 +73,10 @@ def wrapped(text: str, width: int = HOVER_WIDTH, indent: str = "") -> str:
 
 
 def violation_lines(violations: Iterable) -> list[str]:
-    """One line per broken contract: '[effective] kind: message' (or [harmless])."""
-    return [f"[{'effective' if v.effective else 'harmless'}] {v.kind}: {v.message}" for v in violations]
+    """One line per broken contract: '[effective] kind: sentence' (or [harmless])."""
+    from .violations import violation_sentence
+
+    return [f"[{'effective' if v.effective else 'harmless'}] {v.kind}: {violation_sentence(v)}" for v in violations]
 
 
 def step_hover(step, tp: int, mode: str) -> str:

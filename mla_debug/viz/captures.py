@@ -30,6 +30,11 @@ STORY_WORDS = {
     StoryKind.ACT_SCALE_COL_READ_AS_ROW: "the activation scale written column-major and read row-major",
     StoryKind.WEIGHT_SCALE_OTHER_ORDER: "the weight's block scale read in another order than it holds",
     StoryKind.DERIVED_FROM_RELAID: "derived from kv_b_proj's relaid bytes read directly",
+    StoryKind.SCALE_CODES_AS_VALUES: "the E8M0 scale codes used as numbers (code 120, meaning 2^-7, read as 120.0)",
+    StoryKind.PACKED_SCALES_AS_VALUES: "the packed ue8m0 scale words read as fp32 values",
+    StoryKind.SCALE_TRUNCATED: "the non-power-of-two scales cut to their exponent (the power of two below) by a ue8m0 packer",
+    StoryKind.UE8M0_MANTISSA_LEAK: "the scales packed to ue8m0 without masking, mantissa bits spilling into the neighbouring codes",
+    StoryKind.GROUPED_SCALE_TOKEN_READ_AS_GROUP: "the grouped GEMM's scales written token-major (row t*G+g) and read group-major (row g*T+t)",
     StoryKind.WEIGHT_VNNI_READ_PLAIN: "the VNNI-packed weight bytes read as a plain matrix",
     StoryKind.WEIGHT_PLAIN_READ_AS_VNNI: "the plain weight bytes un-packed by a VNNI-aware reader",
 }

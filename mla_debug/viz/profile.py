@@ -8,7 +8,12 @@ import html
 
 from ..scenarios import Resolution, SettingKind
 
-_KIND_WORDS = {SettingKind.ENV: "environment variable", SettingKind.ARG: "server argument", SettingKind.FACT: "fact"}
+_KIND_WORDS = {
+    SettingKind.ENV: "environment variable",
+    SettingKind.ARG: "server argument",
+    SettingKind.FACT: "fact",
+    SettingKind.CODE: "source constant",
+}
 
 
 def profile_heading(resolution: Resolution) -> str:

@@ -40,7 +40,7 @@ def test_shuffle_and_unshuffle_match_aiter(dtype, layout, bands, k_blocks, batch
     n, k = bands * layout[0], k_blocks * 2 * layout[1]
     w = random_weight((*batch, n, k), dtype, seed)
     theirs = aiter_shuffle(w.clone(), layout=layout)
-    assert getattr(theirs, "is_shuffled", False)  # aiter tags its result (lost on clone; SEMANTICS 11)
+    assert getattr(theirs, "is_shuffled", False)  # aiter tags its result (lost on clone; docs/semantics.md §6)
     ours = md.shuffle_weight(w, layout)
     assert_same_bits(ours, theirs, f"shuffle_weight{layout} of {tuple(w.shape)} {dtype}")
     assert_same_bits(md.layouts.unshuffle_weight(theirs, layout), w, f"unshuffle of aiter's shuffle{layout}")

@@ -2,7 +2,7 @@
 
 - merge: ``aiter/jit/core.py::update_config_files`` (what ``get_config_file`` runs on the main table and
   the model_configs/ tables, or on the env var's files) vs `TunedTable.from_csv`, row for row, on aiter's
-  shipped tables, the e4048607 tables beside the checkout, and random tables with colliding keys and tied
+  shipped tables, the e4048607 tables shipped in data/aiter, and random tables with colliding keys and tied
   times;
 - padded M: aiter's C++ ``getPaddedM`` (compiled here) vs `padded_m` / `padded_m_candidates`.
 """

@@ -88,7 +88,13 @@ def test_the_own_quantization_writes_what_each_producer_writes(gen):
     linear = md.kernels.BlockScaledLinear("q_b_proj", random_weight(256, 256, gen)).attach(hazard)
     call = linear.run(x)
     assert call.input.scale_layout is ScaleLayout.ROW_MAJOR and call.violations[0].effective
-    assert "q_b_proj input scale: sglang-triton-blockscale reads COL_MAJOR" in call.violations[0].message
+    v = call.violations[0]
+    assert (v.tensor, v.consumer, v.expected, v.found) == (
+        "q_b_proj.input_scale",
+        "sglang-triton-blockscale",
+        ScaleLayout.COL_MAJOR,
+        ScaleLayout.ROW_MAJOR,
+    )
 
 
 def test_preshuffled_weight_is_read_as_shuffled(gen):

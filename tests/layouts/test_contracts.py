@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mla_debug.layouts import (
+    ConsumerOrders,
     ContractViolation,
     ScaleLayout,
+    ShuffleExpectation,
     ViolationKind,
     WeightLayout,
     WeightTransform,
@@ -37,33 +39,35 @@ def distinct_scale(m: int, g: int) -> torch.Tensor:
 @pytest.mark.parametrize("written,read_as", [(R, R), (C, C), (S, S), (C, S), (S, C)])
 def test_same_byte_order_is_no_violation(written, read_as):
     for m, g in [(1, 1), (1, 8), (8, 1), (16, 56)]:
-        assert scale_order_violation("gemm", "x_scale", written, read_as, m, g) is None
+        assert scale_order_violation("gemm", "x", written, read_as, m, g) is None
 
 
 @pytest.mark.parametrize("written,read_as", [(R, C), (R, S), (C, R), (S, R)])
 def test_mismatch_with_several_tokens_is_effective(written, read_as):
-    v = scale_order_violation("aiter-bpreshuffle", "wq_b input scale", written, read_as, 4, 12)
+    v = scale_order_violation("aiter-bpreshuffle", "wq_b", written, read_as, 4, 12)
     assert isinstance(v, ContractViolation)
     assert v.kind is ViolationKind.SCALE_ORDER and str(v.kind) == "scale-order"
     assert v.effective is True
-    assert (v.consumer, v.tensor, v.expected, v.found) == (
+    assert (v.consumer, v.tensor, v.expected, v.found, v.rows, v.groups) == (
         "aiter-bpreshuffle",
-        "wq_b input scale",
-        read_as.name,
-        written.name,
+        "wq_b.input_scale",
+        read_as,
+        written,
+        4,
+        12,
     )
-    assert str(v) == v.message
-    assert v.message.startswith("wq_b input scale:")
-    assert "aiter-bpreshuffle" in v.message and read_as.name in v.message and written.name in v.message
-    assert "harmless" not in v.message
+    assert (
+        str(v)
+        == f"scale-order: wq_b.input_scale read by aiter-bpreshuffle as {read_as.name}, found {written.name} (effective)"
+    )
+    assert ContractViolation.from_dict(v.to_dict()) == v
 
 
 @pytest.mark.parametrize("m,g", [(1, 12), (1, 1), (9, 1)])
 def test_mismatch_with_one_token_or_group_is_recorded_but_harmless(m, g):
-    v = scale_order_violation("aiter-bpreshuffle", "x_scale", R, C, m, g)
+    v = scale_order_violation("aiter-bpreshuffle", "x", R, C, m, g)
     assert v is not None and v.kind is ViolationKind.SCALE_ORDER
-    assert v.effective is False
-    assert "harmless" in v.message and f"M={m}" in v.message and "x_scale" in v.message
+    assert v.effective is False and (v.rows, v.groups) == (m, g) and str(v).endswith("(harmless)")
 
 
 @settings(max_examples=60, deadline=None)
@@ -107,32 +111,30 @@ def reader_gets_original(w: torch.Tensor, shuffles: tuple, expects) -> bool:
 
 
 def test_plain_reader_of_plain_weight():
-    assert weight_read_violation("aiter-blockscale", "o_proj.weight", WeightLayout(), None, 512, 1) is None
+    assert weight_read_violation("aiter-blockscale", "o_proj", WeightLayout(), None, 512, 1) is None
 
 
 def test_preshuffled_reader_of_weight_shuffled_once():
     for k in (256, 512, 7168):
-        assert weight_read_violation("aiter-bpreshuffle", "o_proj.weight", history((16, 16)), (16, 16), k, 1) is None
+        assert weight_read_violation("aiter-bpreshuffle", "o_proj", history((16, 16)), (16, 16), k, 1) is None
 
 
 @pytest.mark.parametrize("expects", [None, (16, 16)])
 def test_double_shuffle_k512_is_effective(expects):
-    v = weight_read_violation("aiter-bpreshuffle", "wo_b.weight", history((16, 16), (16, 16)), expects, 512, 1)
+    v = weight_read_violation("aiter-bpreshuffle", "wo_b", history((16, 16), (16, 16)), expects, 512, 1)
     assert v is not None and v.kind is ViolationKind.DOUBLE_SHUFFLE and str(v.kind) == "double-shuffle"
     assert v.effective is True
     assert not reader_gets_original(distinct_weight(32, 512), ((16, 16), (16, 16)), expects)
-    assert "wo_b.weight" in v.message and "aiter-bpreshuffle" in v.message
-    assert v.found == "shuffle(16, 16) by s0; shuffle(16, 16) by s1" and v.found in v.message
+    assert v.tensor == "wo_b.weight" and v.consumer == "aiter-bpreshuffle"
+    assert v.found == history((16, 16), (16, 16)) and v.expected == ShuffleExpectation(expects)
+    assert ContractViolation.from_dict(v.to_dict()) == v
 
 
 def test_double_shuffle_k256_is_invisible_to_a_plain_reader():
     # Two (16, 16) shuffles of a 256-byte fp8 row give back the plain bytes: a plain reader is right.
-    v = weight_read_violation(
-        "aiter-blockscale", "shared_experts.down.weight", history((16, 16), (16, 16)), None, 256, 1
-    )
+    v = weight_read_violation("aiter-blockscale", "shared_experts.down", history((16, 16), (16, 16)), None, 256, 1)
     assert v is not None and v.kind is ViolationKind.DOUBLE_SHUFFLE
     assert v.effective is False
-    assert "harmless" in v.message
     assert reader_gets_original(distinct_weight(32, 256), ((16, 16), (16, 16)), None)
     # Same for bf16 with K=128 (also a 256-byte row).
     v = weight_read_violation("r", "t", history((16, 16), (16, 16)), None, 128, 2)
@@ -152,30 +154,29 @@ def test_double_shuffle_k256_is_wrong_for_the_preshuffled_reader():
 
 def test_direct_reader_of_shuffled_weight():
     v = weight_read_violation(
-        "absorbed decode (W_UK/W_UV)", "kv_b_proj.weight", history((16, 16)), None, 512, 1, direct_reader=True
+        "absorbed decode (W_UK/W_UV)", "kv_b_proj", history((16, 16)), None, 512, 1, direct_reader=True
     )
     assert v is not None and v.kind is ViolationKind.RELAID_WEIGHT_DIRECT_READ
     assert str(v.kind) == "direct-read-of-relaid-weight"
-    assert v.effective is True and v.expected == "plain bytes"
-    assert "kv_b_proj.weight" in v.message and "absorbed decode (W_UK/W_UV)" in v.message
-    assert "directly" in v.message
+    assert v.effective is True and v.expected == ShuffleExpectation(None, direct=True)
+    assert (v.module, v.operand, v.consumer) == ("kv_b_proj", "weight", "absorbed decode (W_UK/W_UV)")
     # The flag changes nothing when the weight is plain.
     assert weight_read_violation("r", "t", WeightLayout(), None, 512, 1, direct_reader=True) is None
 
 
 def test_plain_reader_of_shuffled_weight():
-    v = weight_read_violation("aiter-blockscale", "q_b_proj.weight", history((16, 16)), None, 1536, 1)
+    v = weight_read_violation("aiter-blockscale", "q_b_proj", history((16, 16)), None, 1536, 1)
     assert v is not None and v.kind is ViolationKind.WEIGHT_LAYOUT_MISMATCH
     assert str(v.kind) == "weight-layout-mismatch"
     assert v.effective is True
-    assert "q_b_proj.weight" in v.message and "aiter-blockscale" in v.message and "plain bytes" in v.message
+    assert (v.tensor, v.consumer, v.expected) == ("q_b_proj.weight", "aiter-blockscale", ShuffleExpectation(None))
 
 
 def test_preshuffled_reader_of_plain_weight():
-    v = weight_read_violation("aiter-bpreshuffle", "wo_a.weight", WeightLayout(), (16, 16), 512, 1)
+    v = weight_read_violation("aiter-bpreshuffle", "wo_a", WeightLayout(), (16, 16), 512, 1)
     assert v is not None and v.kind is ViolationKind.WEIGHT_LAYOUT_MISMATCH and v.effective is True
-    assert v.expected == "bytes shuffled once with (16, 16)" and v.found == "plain"
-    assert "left plain" in v.message and "wo_a.weight" in v.message and "aiter-bpreshuffle" in v.message
+    assert v.expected == ShuffleExpectation((16, 16)) and v.found == WeightLayout()
+    assert (v.tensor, v.consumer) == ("wo_a.weight", "aiter-bpreshuffle")
 
 
 def test_preshuffled_reader_of_weight_shuffled_with_other_layout():
@@ -223,4 +224,59 @@ def test_violation_kind_values():
         "direct-read-of-relaid-weight",
         "weight-layout-mismatch",
         "consumers-disagree",
+        "scale-codes-read-as-values",
+        "packed-scales-read-as-values",
+        "scale-truncated-to-power-of-two",
+        "ue8m0-packing-mantissa-leak",
+        "grouped-scale-order",
     ]
+
+
+# ------------------------------------------------------------------------------- reports of schema 3-5
+
+
+def test_violations_written_as_sentences_read_back_typed():
+    """Reports of schemas 3 to 5 kept a violation's layouts as the sentences it was made with."""
+    old_scale = {
+        "kind": "scale-order",
+        "tensor": "wq_b input scale",
+        "consumer": "aiter-bpreshuffle",
+        "expected": "COL_MAJOR",
+        "found": "ROW_MAJOR",
+        "effective": True,
+        "message": "wq_b input scale: aiter-bpreshuffle reads COL_MAJOR activation-scale bytes but the producer "
+        "wrote ROW_MAJOR; for M=16 > 1 row m reads the scales of other tokens",
+    }
+    typed = ContractViolation.from_dict(old_scale)
+    assert (typed.module, typed.operand, typed.expected, typed.found, typed.rows) == ("wq_b", "input_scale", C, R, 16)
+    old_weight = {
+        "kind": "direct-read-of-relaid-weight",
+        "tensor": "kv_b_proj.weight",
+        "consumer": "absorbed decode (W_UK/W_UV)",
+        "expected": "plain bytes",
+        "found": "shuffle(16, 16) by aiter-bpreshuffle.process_weights_after_loading",
+        "effective": True,
+        "message": "...",
+    }
+    typed = ContractViolation.from_dict(old_weight)
+    assert typed == weight_read_violation(
+        "absorbed decode (W_UK/W_UV)",
+        "kv_b_proj",
+        WeightLayout((WeightTransform("shuffle", "aiter-bpreshuffle.process_weights_after_loading", (16, 16)),)),
+        None,
+        512,
+        1,
+        direct_reader=True,
+    )
+    old_consumers = {
+        "kind": "consumers-disagree",
+        "tensor": "q_norm output (the pre-quantized q-lora)",
+        "consumer": "wq_b and indexer.wq_b",
+        "expected": "one scale order for both consumers",
+        "found": "wq_b reads COL_MAJOR, indexer.wq_b reads ROW_MAJOR",
+        "effective": True,
+        "message": "...",
+    }
+    typed = ContractViolation.from_dict(old_consumers)
+    assert typed.found == ConsumerOrders((("wq_b", C), ("indexer.wq_b", R)))
+    assert ContractViolation.from_dict(typed.to_dict()) == typed

@@ -1,4 +1,4 @@
-"""Activation-scale presentations (SEMANTICS 3): exact bytes, exact strides, exact round trips.
+"""Activation-scale presentations (docs/semantics.md §5): exact bytes, exact strides, exact round trips.
 
 Every expected byte order here is computed by explicit index loops in the test, never through the
 library's own helpers, so a wrong formula in the library cannot also be the oracle.

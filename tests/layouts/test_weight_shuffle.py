@@ -1,4 +1,4 @@
-"""aiter's weight pre-shuffle (SEMANTICS 4) against an oracle written from its plain-words definition.
+"""aiter's weight pre-shuffle (docs/semantics.md §6) against an oracle written from its plain-words definition.
 
 "In each band of IN rows, regard the band as an IN x U matrix of 16-byte units and store it transposed."
 The oracle below implements exactly that sentence with Python index loops over numpy bytes.

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mla_debug as md
-from mla_debug.layouts import ViolationKind
+from mla_debug.layouts import ScaleLayout, ViolationKind
 from mla_debug.model.load_order import ABSORBED_READER
 from mla_debug.normquant import fused_qk_rmsnorm_group_quant
 
@@ -135,7 +135,7 @@ def test_remote_kv_order_derives_w_uk_from_the_shuffled_bytes(kv512):
     (violation,) = broken.records["absorb_uk"].violations
     assert violation.kind is ViolationKind.RELAID_WEIGHT_DIRECT_READ and violation.effective
     assert "after the remote-KV loader ran the kernels' process_weights_after_loading" in violation.consumer
-    assert violation.found == "shuffle(16, 16) by aiter-bpreshuffle.process_weights_after_loading"
+    assert violation.found.shufflers == ("aiter-bpreshuffle.process_weights_after_loading",)
     assert broken.records["absorb_uk"].weight_layout.shuffle_count == 1
     assert rel(broken.output, truth.output) > 0.5
     assert any(event.startswith("remote-KV load") for event in broken.events["kv_b_proj"])
@@ -230,7 +230,7 @@ def test_v3_fused_producer_in_the_other_order_is_a_scale_order_violation(kv512):
     run = md.run_layer(cfg, ckpt, hidden, positions, platform="mi355x", scenario=fused_v3(transpose=True))
     (violation,) = run.records["q_b_proj"].violations
     assert violation.kind is ViolationKind.SCALE_ORDER and violation.effective
-    assert (violation.expected, violation.found) == ("ROW_MAJOR", "COL_MAJOR")
+    assert (violation.expected, violation.found) == (ScaleLayout.ROW_MAJOR, ScaleLayout.COL_MAJOR)
     # Measured: 0.011 (right order) against 0.19 at q_b_proj, 0.02 against 0.55 at the output.
     assert rel(right.records["q_b_proj"].output, truth.records["q_b_proj"].output) < 0.03
     assert rel(run.records["q_b_proj"].output, truth.records["q_b_proj"].output) > 0.1
@@ -308,7 +308,7 @@ def test_v41_resets_wo_a_is_bmm_and_a_preshuffling_kernel_takes_it(tiny_v4):
     assert fixed.records["wo_a"].violations == []
     (violation,) = broken.records["wo_a"].violations
     assert violation.kind is ViolationKind.RELAID_WEIGHT_DIRECT_READ and violation.effective
-    assert "aiter-bpreshuffle" in violation.found
+    assert violation.found.shufflers == ("aiter-bpreshuffle.process_weights_after_loading",)
     assert rel(broken.output, reference.output) > 0.5
     assert broken.events["wo_a"][0].startswith("model reset is_bmm = False")
     # The reset is the ROCm attention class's: on NVIDIA the model keeps the flag.

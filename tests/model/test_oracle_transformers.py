@@ -4,7 +4,7 @@ at TP 1, 2 and 4, prefill and decode, at positions before and past yarn's origin
 fp32: weights imported unquantized from the module. The two differ only in fp32 summation order
 (different op decomposition), so the relative L2 error must be far below 1e-5. transformers hard-wires
 eps 1e-6 for the two latent norms; the config uses 1e-6 too, and it de-interleaves rotated pairs, which
-leaves q.k unchanged (SEMANTICS 7). DeepSeek-V3.2's attention runs its sparse indexer; with at most
+leaves q.k unchanged (docs/semantics.md §9). DeepSeek-V3.2's attention runs its sparse indexer; with at most
 index_topk tokens every query keeps every key it sees, so it equals dense MLA - and above that it does
 not, which the dense run here says with a warning.
 
@@ -43,19 +43,29 @@ def _config(arch: str):
     return eager(transformers.DeepseekV32Config(**indexer, **attention_widths()))
 
 
-@pytest.fixture(scope="module", params=["v3", "v3.2"])
-def reference_module(request):
-    config = _config(request.param)
-    hf = hf_v3 if request.param == "v3" else hf_v32
+def _reference_module(version: str):
+    config = _config(version)
+    hf = hf_v3 if version == "v3" else hf_v32
     torch.manual_seed(0)
-    attention = (hf.DeepseekV3Attention if request.param == "v3" else hf.DeepseekV32Attention)(config, 0).eval()
+    attention = (hf.DeepseekV3Attention if version == "v3" else hf.DeepseekV32Attention)(config, 0).eval()
     with torch.no_grad():  # norm weights other than ones, so the norms are really tested
         attention.q_a_layernorm.weight.uniform_(0.5, 1.5)
         attention.kv_a_layernorm.weight.uniform_(0.5, 1.5)
-    rotary = (hf.DeepseekV3RotaryEmbedding if request.param == "v3" else hf.DeepseekV32RotaryEmbedding)(config)
-    cfg = md.MLAConfig.from_hf(config.to_dict(), name=f"hf-tiny-{request.param}")
-    assert cfg.has_indexer == (request.param == "v3.2")
+    rotary = (hf.DeepseekV3RotaryEmbedding if version == "v3" else hf.DeepseekV32RotaryEmbedding)(config)
+    cfg = md.MLAConfig.from_hf(config.to_dict(), name=f"hf-tiny-{version}")
+    assert cfg.has_indexer == (version == "v3.2")
     return config, attention, rotary, cfg
+
+
+@pytest.fixture(scope="module", params=["v3", "v3.2"])
+def reference_module(request):
+    return _reference_module(request.param)
+
+
+@pytest.fixture(scope="module")
+def v32_module():
+    """The V3.2 attention alone: only it has an indexer."""
+    return _reference_module("v3.2")
 
 
 def transformers_output(attention, rotary, hidden, positions):
@@ -118,13 +128,11 @@ def test_decode_equals_prefill_in_fp32(reference_module):
     )
 
 
-def test_v32_above_index_topk_differs_from_transformers_and_warns(reference_module):
+def test_v32_above_index_topk_differs_from_transformers_and_warns(v32_module):
     """Past index_topk tokens transformers' V3.2 attends to the keys its indexer picks; the dense run
     here attends to all of them. The first index_topk tokens (which see at most that many keys) still
     match; the later ones do not - and the run says so."""
-    _, attention, rotary, cfg = reference_module
-    if not cfg.has_indexer:
-        pytest.skip("DeepSeek-V3 has no indexer")
+    _, attention, rotary, cfg = v32_module
     ckpt = md.Checkpoint.from_state_dict(cfg, attention.state_dict(), quantize=False)
     hidden, positions = _inputs(3, INDEX_TOPK + 8, 5000)
     expected = transformers_output(attention, rotary, hidden, positions)

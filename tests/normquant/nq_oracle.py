@@ -1,6 +1,6 @@
 """An independent, straightforward model of the fused RMSNorm + group quant, for bitwise comparisons.
 
-Written from SEMANTICS 1, 2 and 9 and the rounding steps the reference documents, sharing no code with
+Written from docs/semantics.md §2, §3 and §11 and the rounding steps the reference documents, sharing no code with
 ``mla_debug``. It loops over rows and groups; within a row every fp32 operation is done in float64 and
 rounded to fp32 explicitly (``f32``). That emulation is exact for +, *, / and sqrt of fp32 operands:
 float64 has 53 >= 2*24 + 2 bits, so rounding first to float64 and then to fp32 equals rounding once to
@@ -27,11 +27,11 @@ FLAVORS = ("aiter", "vllm", "deepseek")
 # division they refuse); written from aiter's sources, amd-aiter 0.1.7.post2.dev18.
 AITER_FLAVORS = ("aiter-hip", "aiter-triton", "aiter-fused")
 
-# SEMANTICS 1: exponent bias and largest finite value of each element format.
+# docs/semantics.md §2: exponent bias and largest finite value of each element format.
 _BIAS = {FN: 7, FNUZ: 8}
 _FORMAT_MAX = {FN: 448.0, FNUZ: 240.0}
 
-# SEMANTICS 1-2 and the flavor descriptions: the max each flavor maps amax to, its amax floor for
+# docs/semantics.md §2-3 and the flavor descriptions: the max each flavor maps amax to, its amax floor for
 # 1xG groups, whether it multiplies by the reciprocal or divides, and whether it clamps before the cast.
 _FLAVOR_MAX = {
     ("aiter", FN): 448.0,
@@ -145,7 +145,7 @@ def fp8_from_ordinal(ordinal: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def fp8_bytes(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Round float64 values to fp8 bytes (uint8), nearest even; fn saturates, fnuz overflows to NaN.
 
-    torch's CPU casts do exactly this out of range (SEMANTICS 1): e4m3fn clamps to +-448, Inf included;
+    torch's CPU casts do exactly this out of range (docs/semantics.md §2): e4m3fn clamps to +-448, Inf included;
     e4m3fnuz gives its NaN byte for anything that rounds above 240.
     """
     bias = _BIAS[dtype]

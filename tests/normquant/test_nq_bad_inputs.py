@@ -1,4 +1,4 @@
-"""Every input rule of SEMANTICS 9 fails early, naming the argument, its shape and the rule."""
+"""Every input rule of docs/semantics.md §11 fails early, naming the argument, its shape and the rule."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Independent references for the numerics tests.
 
-Written from the format definitions and the quantization recipes of SEMANTICS 1-2, sharing no code with
+Written from the format definitions and the quantization recipes of docs/semantics.md §2-3, sharing no code with
 ``mla_debug.numerics``: fp8 values come from the bit fields, rounding to fp8 is a nearest-value search
 on the value grid with ties to the even byte, and every fp32 operation of a recipe is done in float64
 followed by an explicit rounding to fp32. That emulation is exact: a product of two fp32 values is
@@ -26,7 +26,7 @@ _BIAS = {FN: 7, FNUZ: 8}
 # 0x7F = 1.111b * 2^7).
 _MAX_BYTE = {FN: 0x7E, FNUZ: 0x7F}
 
-# Per-flavor recipe constants, transcribed from SEMANTICS 2, the flavor descriptions, and for the aiter-*
+# Per-flavor recipe constants, transcribed from docs/semantics.md §3, the flavor descriptions, and for the aiter-*
 # flavors from aiter's sources (amd-aiter 0.1.7.post2.dev18): csrc/kernels/quant_kernels.cu (hip),
 # ops/triton/_triton_kernels/quant.py (triton), ops/triton/_triton_kernels/fused_fp8_quant.py (fused),
 # ops/quant.py pertoken_quant (torch). Every aiter quantizer uses the dtype max: 448 fn, 240 fnuz.

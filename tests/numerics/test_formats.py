@@ -57,7 +57,7 @@ def test_format_constants_match_bit_fields(dtype):
 
 
 def test_format_constants_literal():
-    # SEMANTICS 1: fn max 448, bias 7, NaN 0x7F (and 0xFF); fnuz max 240, bias 8, single NaN 0x80.
+    # docs/semantics.md §2: fn max 448, bias 7, NaN 0x7F (and 0xFF); fnuz max 240, bias 8, single NaN 0x80.
     assert (E4M3FN.max, E4M3FN.exponent_bias, E4M3FN.min_subnormal) == (448.0, 7, 2.0**-9)
     assert (E4M3FNUZ.max, E4M3FNUZ.exponent_bias, E4M3FNUZ.min_subnormal) == (240.0, 8, 2.0**-10)
     assert E4M3FNUZ.nan_bytes == (0x80,)

@@ -47,7 +47,8 @@ def test_each_fix_is_offered_where_its_behaviour_is_off_the_fixed_value():
     assert "load_order" not in [c.target for c in behaviour_changes(remote, V4)]  # a V3 fix only
     transposed = scenario("vllm-baseline", "t", v3_fused_norm_quant=True, v3_fused_transpose_scale=True)
     assert [(c.target, new_value(c)) for c in behaviour_changes(transposed, KV512)] == [
-        ("v3_fused_transpose_scale", False)
+        ("v3_fused_transpose_scale", False),
+        ("fused_scale_strided", True),  # the transposed scale presented with its bytes' strides (aiter #4506)
     ]
     row_major = scenario("vllm-baseline", "t", v3_fused_norm_quant=True)
     assert [(c.target, new_value(c)) for c in behaviour_changes(row_major, KV512)] == [

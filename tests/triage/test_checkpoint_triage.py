@@ -171,7 +171,7 @@ def test_positions_are_recorded_in_the_result_report_and_provenance(tmp_path):
     assert result.positions == TokenPositions(start=5000)
     assert "8 tokens at positions 5000..5007" in result.provenance.line()
     data = json.loads(result.to_json(tmp_path / "p.json").read_text())
-    assert data["schema"] == 5 and data["positions"] == {"start": 5000, "explicit": None}
+    assert data["schema"] == 6 and data["positions"] == {"start": 5000, "explicit": None}
     back = md.load_triage(tmp_path / "p.json")
     assert back.positions == result.positions and back.provenance == result.provenance
     assert "8 tokens at positions 5000..5007" in md.viz.render_html(back)

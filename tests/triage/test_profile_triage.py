@@ -89,7 +89,7 @@ def test_the_report_keeps_the_profile_and_round_trips(result, tmp_path):
     report = result.report()
     assert report.profile == result.profile
     data = report.to_dict()
-    assert data["schema"] == 5 and data["profile"] is not None  # profiles since schema 4
+    assert data["schema"] == 6 and data["profile"] is not None  # profiles since schema 4
     assert data["profile"]["rules"][0] == {
         "id": "rocm-list",
         "says": "aiter's plain GEMM first when aiter is on",

@@ -15,7 +15,16 @@ import mla_debug as md
 import mla_debug.triage as A
 from mla_debug.cli.triage import render
 from mla_debug.kernels import KernelChoice, SkippedKernel
-from mla_debug.layouts import LAYOUTS, ScaleLayout, ScaleRead, ViolationKind, WeightLayout, WeightTransform
+from mla_debug.layouts import (
+    LAYOUTS,
+    ConsumerOrders,
+    ScaleLayout,
+    ScaleRead,
+    ShuffleExpectation,
+    ViolationKind,
+    WeightLayout,
+    WeightTransform,
+)
 from mla_debug.model.records import StepStats
 from mla_debug.model.weight_recipe import WeightRecipe
 from mla_debug.scenarios import AppliedRule, Engine, Resolution, SettingInEffect, SettingKind, Source
@@ -119,7 +128,20 @@ choices = st.builds(
     st.lists(st.builds(SkippedKernel, names, st.booleans(), st.none() | names), max_size=2).map(tuple),
 )
 violations = st.builds(
-    md.ContractViolation, st.sampled_from(ViolationKind), names, names, names, names, st.booleans(), names
+    md.ContractViolation,
+    st.sampled_from(ViolationKind),
+    names,
+    names,
+    names,
+    st.none()
+    | st.sampled_from(ScaleLayout)
+    | st.builds(ShuffleExpectation, st.none() | st.sampled_from(LAYOUTS), st.booleans()),
+    st.sampled_from(ScaleLayout)
+    | weight_layouts
+    | st.lists(st.tuples(names, st.sampled_from(ScaleLayout)), max_size=2).map(lambda o: ConsumerOrders(tuple(o))),
+    st.booleans(),
+    st.none() | st.integers(1, 4096),
+    st.none() | st.integers(1, 64),
 )
 steps = st.builds(
     A.StepDiff,
@@ -385,6 +407,29 @@ def test_non_finite_numbers_are_spelled_out(buggy):
 # -- files of older schemas -----------------------------------------------------------------------------
 
 
+def _old_violation(v) -> dict:
+    """A violation as schemas 2 to 5 wrote it: its layouts and its tensor as the sentences they were."""
+    from mla_debug.viz.violations import violation_sentence
+
+    if v.kind is ViolationKind.SCALE_ORDER:
+        tensor, expected, found = f"{v.module} input scale", v.expected.name, v.found.name
+    elif v.kind is ViolationKind.CONSUMERS_DISAGREE:
+        tensor, expected = "q_norm output (the pre-quantized q-lora)", "one scale order for both consumers"
+        found = ", ".join(f"{name} reads {layout.name}" for name, layout in v.found.orders)
+    else:
+        tensor, found = v.tensor, v.found.describe()
+        expected = "plain bytes" if v.expected.layout is None else f"bytes shuffled once with {tuple(v.expected.layout)}"
+    return {
+        "kind": v.kind.value,
+        "tensor": tensor,
+        "consumer": v.consumer,
+        "expected": expected,
+        "found": found,
+        "effective": v.effective,
+        "message": violation_sentence(v),
+    }
+
+
 def _schema_2(report: TriageReport) -> dict:
     """`report` as the writer of schema 2 wrote it: layouts and kernel choices as sentences, null for
     non-finite numbers, violation messages plus their details, no block errors."""
@@ -410,7 +455,7 @@ def _schema_2(report: TriageReport) -> dict:
                     "name": s.name,
                     "kernel": s.kernel,
                     "rel_err": number(s.rel_err),
-                    "violations": [v.message for v in s.violations],
+                    "violations": [_old_violation(v)["message"] for v in s.violations],
                     "reason": kernels.get(linear) if linear else None,
                     "reference_kernel": s.reference_kernel,
                     "floor": number(s.floor),
@@ -423,7 +468,7 @@ def _schema_2(report: TriageReport) -> dict:
                     "input_layout": None,
                     "scale_layout": None if s.scale_layout is None else str(s.scale_layout),
                     "weight_layout": None if s.weight_layout is None else str(s.weight_layout),
-                    "violation_details": [v.to_dict() for v in s.violations],
+                    "violation_details": [_old_violation(v) for v in s.violations],
                     "stats": None
                     if s.stats is None
                     else {"amax": number(s.stats.amax), "nan": s.stats.nan, "inf": s.stats.inf},
@@ -475,7 +520,7 @@ def test_schema_1_files_still_load(buggy):
                     "name": s["name"],
                     "kernel": s["kernel"],
                     "rel_err": s["rel_err"],
-                    "violations": [v["message"] for v in s["violations"]],
+                    "violations": [_old_violation(md.ContractViolation.from_dict(v))["message"] for v in s["violations"]],
                 }
                 for s in run["steps"]
             ],

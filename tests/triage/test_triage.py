@@ -108,7 +108,7 @@ def test_json_follows_the_schema_and_never_overwrites(buggy, tmp_path):
     data = json.loads(path.read_text())
     assert {"model", "platform", "scenario", "tokens", "device", "runs", "culprits"} <= set(data)
     assert {"schema", "provenance", "bisection", "culprit_groups", "unresolved", "seed", "tp_sizes"} <= set(data)
-    assert data["schema"] == 5 and "block_errors" in data and data["profile"] is None
+    assert data["schema"] == 6 and "block_errors" in data and data["profile"] is None
     assert data["positions"] == {"start": 0, "explicit": None} and data["caveats"] == []
     assert data["model"] == "tiny-kv512" and data["tokens"] == 8 and data["scenario"] == "vllm-pr51692"
     run = data["runs"][1]
@@ -126,7 +126,7 @@ def test_json_follows_the_schema_and_never_overwrites(buggy, tmp_path):
     absorb = next(s for s in run["steps"] if s["name"] == "absorb_uk")
     assert absorb["diverged"] is True and absorb["rel_err"] > absorb["threshold"] > absorb["floor"] > 0
     (detail,) = [v for v in absorb["violations"] if v["effective"]]
-    assert detail["kind"] == "direct-read-of-relaid-weight" and "reads the weight directly" in detail["message"]
+    assert detail["kind"] == "direct-read-of-relaid-weight" and detail["expected"] == {"type": "weight", "layout": None, "direct": True}
     assert set(absorb["stats"]) == {"amax", "nan", "inf"} and absorb["stats"]["nan"] == 0
     # The weight layout is data: kv_b_proj shuffled once by the preshuffled kernel, read directly.
     (shuffle,) = absorb["weight_layout"]["transforms"]

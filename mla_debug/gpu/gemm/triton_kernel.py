@@ -4,7 +4,7 @@ One kernel covers both aiter contracts through compile-time switches:
 
 - SHUFFLED: the weight bytes are read in aiter's (16, 16) preshuffled order - element (n, k) of a
   weight with rows of KP bytes lives at ``(n // 16) * 16 * KP + (k // 16) * 256 + (n % 16) * 16 + k % 16``
-  (SEMANTICS 4) - instead of ``n * stride_wn + k``.
+  (docs/semantics.md §6) - instead of ``n * stride_wn + k``.
 - The activation scale of (m, kb) is read at ``m * stride_sm + kb * stride_sk`` from the raw buffer; the
   launcher passes (G, 1) for ROW_MAJOR bytes and (1, M) for COL_MAJOR bytes, whatever the tensor's own
   strides claim, exactly as aiter's CK/ASM kernels read raw pointers.

@@ -1,4 +1,4 @@
-"""Triage reports as plain data: `TriageReport` (JSON schema 5), its parts, and reading/writing them.
+"""Triage reports as plain data: `TriageReport` (JSON schema 6), its parts, and reading/writing them.
 
 report = result.report()              # a live TriageResult's report
 write_json(report, "triage.json")     # result.to_json("triage.json") does the same

@@ -11,7 +11,7 @@ from .triage_report import TriageReport
 
 
 def write_json(report: TriageReport, path: str | os.PathLike) -> Path:
-    """Write `report` as JSON (schema 5) to `path`, or to `stem-2.json` (-3, ...) beside it when `path`
+    """Write `report` as JSON (schema 6) to `path`, or to `stem-2.json` (-3, ...) beside it when `path`
     is taken; returns the path written."""
     return write_atomically(path, json.dumps(report.to_dict(), indent=2) + "\n")
 

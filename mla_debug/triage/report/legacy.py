@@ -20,13 +20,10 @@ import re
 from typing import Any
 
 from ...kernels import KernelChoice
-from ...layouts import ScaleLayout, ScaleRead, WeightLayout, WeightTransform
+from ...layouts import ScaleLayout, ScaleRead, weight_layout_from_text
 
 _DENSE_CHOICE = "dense (unquantized)"
-_PLAIN = ("plain", "plain (dense)")
 _SCALE = re.compile(r"(?P<written>[A-Z_]+) written(?:, read as (?P<read_as>[A-Z_]+))?")
-_SHUFFLE = re.compile(r"shuffle\((?P<n>\d+), (?P<k>\d+)\) by (?P<by>.+)")
-_PAD = re.compile(r"pad K to a multiple of (?P<to>\d+) by (?P<by>.+)")
 
 
 def choice_from_text(text: str | None, where: str) -> dict[str, Any] | None:
@@ -60,23 +57,7 @@ def scale_from_text(text: str | None, where: str) -> dict[str, Any] | None:
 
 def weight_from_text(text: str | None, where: str) -> dict[str, Any] | None:
     """The WeightLayout (as JSON data) a schema 2 weight-layout sentence describes."""
-    if text is None:
-        return None
-    if text in _PLAIN:
-        return WeightLayout().to_dict()
-    transforms = []
-    for part in str(text).split("; "):
-        if shuffle := _SHUFFLE.fullmatch(part):
-            layout = (int(shuffle["n"]), int(shuffle["k"]))
-            transforms.append(WeightTransform("shuffle", by=shuffle["by"], layout=layout))
-        elif pad := _PAD.fullmatch(part):
-            transforms.append(WeightTransform("pad_k", by=pad["by"], pad_k_to=int(pad["to"])))
-        else:
-            raise ValueError(
-                f"{where}: weight layout part {part!r} is neither 'shuffle(N, K) by <who>' nor "
-                "'pad K to a multiple of <n> by <who>'"
-            )
-    return WeightLayout(tuple(transforms)).to_dict()
+    return None if text is None else weight_layout_from_text(str(text), where).to_dict()
 
 
 def _number(data: dict[str, Any], key: str) -> float | str:

@@ -6,9 +6,9 @@ steps, culprits with their remedies and known fixes, provenance (versions, weigh
 consulted) and what bisection cost. The report has no tensors and round-trips through JSON exactly
 (`to_dict`/`from_dict`), so a saved ``triage.json`` re-renders to the same HTML without re-running.
 
-JSON schema 5 (what `to_dict` writes)::
+JSON schema 6 (what `to_dict` writes)::
 
-  {"schema": 5,
+  {"schema": 6,
    "model", "platform", "scenario": str, "tokens": int, "device": "cpu"|"cuda", "seed": int|null,
    "positions": {"start": int, "explicit": [int]|null}  (contiguous from start, or one per token),
    "caveats": [{"kind": "indexer-not-modelled"|"tokens-above-index-topk"|"weights-quantized-here"
@@ -26,8 +26,7 @@ JSON schema 5 (what `to_dict` writes)::
                         "scale_layout": {"written": layout, "read_as": layout|null}|null,
                         "weight_layout": {"transforms": [{"kind": "shuffle"|"pad_k", "by": str,
                                           "layout": [int, int]|null, "pad_k_to": int|null}]}|null,
-                        "violations": [{"kind", "tensor", "consumer", "expected", "found": str,
-                                        "effective": bool, "message": str}],
+                        "violations": [violation],
                         "rel_err", "max_abs", "cosine", "snr_db": number,
                         "floor", "threshold": number|null, "diverged": bool, "classification": str,
                         "stats": {"amax": number, "nan": int, "inf": int}|null}]}],
@@ -59,6 +58,10 @@ JSON schema 5 (what `to_dict` writes)::
   recovery = {"name": str, "index": int, "rel_err_before", "rel_err_after": number,
               "floor", "threshold": number|null, "diverged_before", "diverged_after": bool}
   source = {"package", "version", "file", "function": str}
+  violation = {"kind": str, "consumer", "module", "operand": str, "expected": value|null, "found": value,
+               "effective": bool, "rows", "groups": int|null}
+  value = {"type": "scale", "layout": layout} | {"type": "weight", "layout": [int, int]|null, "direct": bool}
+          | {"type": "weight-history", "transforms": [...]} | {"type": "consumers", "orders": [[str, layout]]}
 
 Files of schema 1 and 2 load too (`legacy.upgrade`): their layouts and kernel reasons were sentences,
 read back into the typed values; they carry no block errors, and a report drawn from them says so.
@@ -68,7 +71,9 @@ or a triage run with ``patching=False`` - loads with no confirmations, and a rep
 that patching was not recorded. Schema 4 added "profile" (and the "set-setting" change); a file of an
 earlier schema loads with no profile. Schema 5 added "positions" and "caveats" (`triage.positions`,
 `triage.caveats`): before it every triage started at position 0, so an older file loads with
-positions from 0, and with no caveats - its report says they were not recorded.
+positions from 0, and with no caveats - its report says they were not recorded. Schema 6 keeps a broken
+contract's layouts as typed values (`layouts.ContractViolation.to_dict`); files of schemas 3 to 5 spelled
+them as sentences, which read back into the same values.
 """
 
 from __future__ import annotations
@@ -87,8 +92,8 @@ from ..tables import error_matrix_frame, steps_frame, summary_frame
 from .block_errors import BlockErrors
 from .run_report import RunReport
 
-SCHEMA = 5
-READABLE_SCHEMAS = (1, 2, 3, 4, 5)
+SCHEMA = 6
+READABLE_SCHEMAS = (1, 2, 3, 4, 5, 6)
 # The first schema that kept each part: a report read from an older file lacks it for that reason.
 BLOCK_ERRORS_SINCE = 3
 PATCHING_SINCE = 3
@@ -213,7 +218,7 @@ class TriageReport:
 
     # -- JSON ----------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON schema 5 (see the module docstring); `from_dict` gives an equal report back."""
+        """JSON schema 6 (see the module docstring); `from_dict` gives an equal report back."""
         index = {id(k): i for i, k in enumerate(self.culprits)}
         return {
             "schema": SCHEMA,

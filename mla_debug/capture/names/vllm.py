@@ -21,7 +21,7 @@ compiled graphs and CUDA graphs bypass module calls.
 
 from __future__ import annotations
 
-from .names import Argument, DerivedName, ModuleName, NameMap
+from .name_map import Argument, DerivedName, ModuleName, NameMap
 
 VLLM_0_33 = NameMap(
     key="vllm-0.33",

