@@ -12,7 +12,8 @@ and kept under build/engine/ (git-ignored) until the next session replaces them;
 
 Skips, with the reason: no .venv-vllm; a CPU with neither AMX tiles nor AVX512-BF16. On AVX512-BF16
 without AMX (AMD Zen 4, ...) the plugin opens vLLM's AMX gate (`MLA_DEBUG_AMX_GATE=1`): the compiled
-kernels take their AVX512-BF16 paths there, and the tier says so in every run's record.
+kernels take their AVX512-BF16 paths there, and the tier says so in every run's record;
+``MLA_DEBUG_ENGINE_REQUIRE_AMX=1`` skips there instead.
 """
 
 from __future__ import annotations

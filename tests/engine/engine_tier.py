@@ -43,6 +43,8 @@ def engine_mode() -> tuple[str | None, str]:
     flags = cpu_flags()
     if "amx_tile" in flags:
         return "native", "AMX tiles present"
+    if os.environ.get("MLA_DEBUG_ENGINE_REQUIRE_AMX") == "1":
+        return None, "CPU without AMX tiles (vLLM 0.32's CPU FP8 kernels and AMX_MLA need them; MLA_DEBUG_ENGINE_REQUIRE_AMX=1)"
     if {"avx512f", "avx512_bf16"} <= flags:
         return "gate", "no AMX tiles; AVX512-BF16 present: vLLM's AMX gate opened by the test plugin"
     return None, "CPU without AMX (vLLM 0.32's CPU FP8 kernels and AMX_MLA need AMX tiles, or AVX512-BF16 here)"
