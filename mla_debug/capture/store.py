@@ -48,6 +48,8 @@ def manifest_to_json(manifest: CaptureManifest) -> dict[str, Any]:
         "tokens": list(manifest.tokens),
         "mode": manifest.mode,
         "note": manifest.note,
+        # Optional (readers of this format version that predate it ignore it): see CaptureManifest.
+        "key_positions": None if manifest.key_positions is None else list(manifest.key_positions),
     }
     # Written only when set, so that captures of engines without them keep their bytes.
     if manifest.attention_backend is not None:
@@ -74,6 +76,7 @@ def manifest_from_json(data: dict[str, Any], where: str) -> CaptureManifest:
             mode=data.get("mode"),
             versions={str(k): str(v) for k, v in data.get("versions", {}).items()},
             note=str(data.get("note", "")),
+            key_positions=data.get("key_positions"),
             attention_backend=data.get("attention_backend"),
             unrecorded=tuple(Unrecorded.from_json(item) for item in data.get("unrecorded", [])),
         )

@@ -12,11 +12,8 @@ Both functions take the arguments of their torch counterparts and validate them 
 
 from __future__ import annotations
 
-import torch
-
 from ..gpu.normquant import launch, support
-from ..numerics import Fp8Format, QuantFlavor
-from ._inputs import NormQuantArgs, validate_inputs
+from ._inputs import NormQuantArgs, norm_quant_op, v4_norm_quant_op
 from .reference import NormQuantResult
 from .triton_fused import quantized_activation
 from .unfused import V4UnfusedResult
@@ -32,29 +29,13 @@ def _norm_and_quants(args: NormQuantArgs, quants: int) -> tuple[launch.NormOutpu
     return norm, outs
 
 
-def triton_norm_then_quant(
-    q: torch.Tensor,
-    q_weight: torch.Tensor,
-    q_eps: float,
-    k: torch.Tensor | None = None,
-    k_weight: torch.Tensor | None = None,
-    k_eps: float | None = None,
-    residual: torch.Tensor | None = None,
-    group_size: int = 128,
-    transpose_scale: bool = False,
-    fmt: Fp8Format | torch.dtype | str = "e4m3fn",
-    flavor: QuantFlavor | str = "aiter",
-    gemma_norm: bool = False,
-    return_unquantized: bool = False,
-) -> NormQuantResult:
+@norm_quant_op("norm_then_quant")
+def triton_norm_then_quant(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     """`norm_then_quant` in Triton (2 launches: norm to q's dtype, then per-group quant); same result bits.
 
     >>> qa, kn, _, _ = triton_norm_then_quant(qr, q_norm_w, 1e-6, kv, kv_norm_w)
     """
     op = "norm_then_quant"
-    args = validate_inputs(
-        op, q, q_weight, q_eps, k, k_weight, k_eps, residual, group_size, transpose_scale, fmt, flavor, gemma_norm
-    )
     launch.check_supported(op, args)
     support.require_triton(op, args.q.device)
     norm, (out,) = _norm_and_quants(args, 1)
@@ -66,30 +47,14 @@ def triton_norm_then_quant(
     )
 
 
-def triton_norm_then_quant_for_v4(
-    q: torch.Tensor,
-    q_weight: torch.Tensor,
-    q_eps: float,
-    k: torch.Tensor,
-    k_weight: torch.Tensor,
-    k_eps: float | None = None,
-    group_size: int = 128,
-    transpose_scale: bool = False,
-    fmt: Fp8Format | torch.dtype | str = "e4m3fn",
-    flavor: QuantFlavor | str = "aiter",
-    gemma_norm: bool = False,
-) -> V4UnfusedResult:
+@v4_norm_quant_op("norm_then_quant_for_v4")
+def triton_norm_then_quant_for_v4(args: NormQuantArgs) -> V4UnfusedResult:
     """`norm_then_quant_for_v4` in Triton: norm (qr and kv), quant for wq_b, quant again for indexer.wq_b
     - the three launches the fused op replaced; same result bits as the torch path.
 
     >>> wq_b_in, indexer_in, kv_n, qr_n = triton_norm_then_quant_for_v4(qr, q_norm_w, 1e-6, kv, kv_norm_w)
     """
     op = "norm_then_quant_for_v4"
-    if k is None:
-        raise ValueError(f"{op}: k is required (DeepSeek-V4 normalizes kv together with qr)")
-    args = validate_inputs(
-        op, q, q_weight, q_eps, k, k_weight, k_eps, None, group_size, transpose_scale, fmt, flavor, gemma_norm
-    )
     launch.check_supported(op, args)
     support.require_triton(op, args.q.device)
     norm, (first, second) = _norm_and_quants(args, 2)

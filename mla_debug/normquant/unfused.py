@@ -17,8 +17,7 @@ from typing import NamedTuple
 import torch
 
 from ..layouts import QuantizedActivation
-from ..numerics import Fp8Format, QuantFlavor
-from ._inputs import NormQuantArgs, validate_inputs
+from ._inputs import NormQuantArgs, norm_quant_op, v4_norm_quant_op
 from .reference import NormQuantResult, normalize_k, quantize_normed
 from .rmsnorm import rmsnorm_fp32
 
@@ -38,25 +37,7 @@ def _normed_stored(args: NormQuantArgs) -> tuple[torch.Tensor, torch.Tensor]:
     return y.to(args.q.dtype), s
 
 
-def _norm_round_quant(
-    op: str,
-    q: torch.Tensor,
-    q_weight: torch.Tensor,
-    q_eps: float,
-    k: torch.Tensor | None,
-    k_weight: torch.Tensor | None,
-    k_eps: float | None,
-    residual: torch.Tensor | None,
-    group_size: int,
-    transpose_scale: bool,
-    fmt: Fp8Format | torch.dtype | str,
-    flavor: QuantFlavor | str,
-    gemma_norm: bool,
-    return_unquantized: bool,
-) -> NormQuantResult:
-    args = validate_inputs(
-        op, q, q_weight, q_eps, k, k_weight, k_eps, residual, group_size, transpose_scale, fmt, flavor, gemma_norm
-    )
+def _norm_round_quant(args: NormQuantArgs, return_unquantized: bool, op: str) -> NormQuantResult:
     stored, s = _normed_stored(args)
     return NormQuantResult(
         q_quant=quantize_normed(stored, args, op),
@@ -66,21 +47,8 @@ def _norm_round_quant(
     )
 
 
-def norm_then_quant(
-    q: torch.Tensor,
-    q_weight: torch.Tensor,
-    q_eps: float,
-    k: torch.Tensor | None = None,
-    k_weight: torch.Tensor | None = None,
-    k_eps: float | None = None,
-    residual: torch.Tensor | None = None,
-    group_size: int = 128,
-    transpose_scale: bool = False,
-    fmt: Fp8Format | torch.dtype | str = "e4m3fn",
-    flavor: QuantFlavor | str = "aiter",
-    gemma_norm: bool = False,
-    return_unquantized: bool = False,
-) -> NormQuantResult:
+@norm_quant_op("norm_then_quant")
+def norm_then_quant(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     """The pre-fusion path: RMSNorm stored in q's dtype (bf16), then per-group quant of those values.
 
     Same arguments, validation and result as `fused_qk_rmsnorm_group_quant`; q is rounded twice
@@ -89,39 +57,11 @@ def norm_then_quant(
 
     >>> qa, kn, _, _ = norm_then_quant(qr, q_norm_w, 1e-6, kv, kv_norm_w)
     """
-    return _norm_round_quant(
-        "norm_then_quant",
-        q,
-        q_weight,
-        q_eps,
-        k,
-        k_weight,
-        k_eps,
-        residual,
-        group_size,
-        transpose_scale,
-        fmt,
-        flavor,
-        gemma_norm,
-        return_unquantized,
-    )
+    return _norm_round_quant(args, return_unquantized, "norm_then_quant")
 
 
-def aiter_test_reference(
-    q: torch.Tensor,
-    q_weight: torch.Tensor,
-    q_eps: float,
-    k: torch.Tensor | None = None,
-    k_weight: torch.Tensor | None = None,
-    k_eps: float | None = None,
-    residual: torch.Tensor | None = None,
-    group_size: int = 128,
-    transpose_scale: bool = False,
-    fmt: Fp8Format | torch.dtype | str = "e4m3fn",
-    flavor: QuantFlavor | str = "aiter",
-    gemma_norm: bool = False,
-    return_unquantized: bool = False,
-) -> NormQuantResult:
+@norm_quant_op("aiter_test_reference")
+def aiter_test_reference(args: NormQuantArgs, return_unquantized: bool) -> NormQuantResult:
     """aiter's op_tests reference for ``fused_qk_rmsnorm_group_quant``: fp32 norm, bf16 round, quant.
 
     Numerically the unfused path (`norm_then_quant`), kept under its own name (and producer) so a
@@ -132,37 +72,11 @@ def aiter_test_reference(
     (op_tests/test_fused_qk_rmsnorm_group_quant.py at 1fc2d27dd7a9, ``_per_token_group_fp8_quant_ref``)
     floors amax at 1e-10 and computes ``clamp(x / scale)``, a recipe none of aiter's kernels uses.
     """
-    return _norm_round_quant(
-        "aiter_test_reference",
-        q,
-        q_weight,
-        q_eps,
-        k,
-        k_weight,
-        k_eps,
-        residual,
-        group_size,
-        transpose_scale,
-        fmt,
-        flavor,
-        gemma_norm,
-        return_unquantized,
-    )
+    return _norm_round_quant(args, return_unquantized, "aiter_test_reference")
 
 
-def norm_then_quant_for_v4(
-    q: torch.Tensor,
-    q_weight: torch.Tensor,
-    q_eps: float,
-    k: torch.Tensor,
-    k_weight: torch.Tensor,
-    k_eps: float | None = None,
-    group_size: int = 128,
-    transpose_scale: bool = False,
-    fmt: Fp8Format | torch.dtype | str = "e4m3fn",
-    flavor: QuantFlavor | str = "aiter",
-    gemma_norm: bool = False,
-) -> V4UnfusedResult:
+@v4_norm_quant_op("norm_then_quant_for_v4")
+def norm_then_quant_for_v4(args: NormQuantArgs) -> V4UnfusedResult:
     """DeepSeek-V4's pre-fusion path: norm qr/kv to bf16, then quantize bf16 qr TWICE (wq_b, indexer.wq_b).
 
     The two `QuantizedActivation`s come from two separate quantization calls of the same bf16 tensor,
@@ -172,11 +86,6 @@ def norm_then_quant_for_v4(
     >>> wq_b_in, indexer_in, kv_n, qr_n = norm_then_quant_for_v4(qr, q_norm_w, 1e-6, kv, kv_norm_w)
     """
     op = "norm_then_quant_for_v4"
-    if k is None:
-        raise ValueError(f"{op}: k is required (DeepSeek-V4 normalizes kv together with qr)")
-    args = validate_inputs(
-        op, q, q_weight, q_eps, k, k_weight, k_eps, None, group_size, transpose_scale, fmt, flavor, gemma_norm
-    )
     stored, _ = _normed_stored(args)
     k_normed = normalize_k(args)
     assert k_normed is not None  # k is required above
