@@ -11,6 +11,7 @@ import mla_debug as md
 from mla_debug.explain.diff import ByteRelation, Difference, LayoutBase
 from mla_debug.explain.explain import Outcome
 from mla_debug.explain.stories import StoryKind
+from mla_debug.explain.untestable import Untestable
 
 PACKED = ("fused_qkv_a_proj.weight", "q_b_proj.weight", "o_proj.weight")
 VNNI_READ_PLAIN = (StoryKind.WEIGHT_VNNI_READ_PLAIN,)
@@ -52,7 +53,8 @@ def test_amx_mla_says_kv_b_proj_is_untestable_naming_the_backend(engine_runs, en
     for tp in TP_SIZES:
         explanation = md.explain_capture(capture(engine_runs, tp, "AMX_MLA", CLEAN_LAYER), engine_checkpoint[CLEAN_LAYER])
         found = explanation.of("kv_b_proj")
-        assert found.outcome is Outcome.UNTESTABLE and "AMX_MLA" in found.missing[0]
+        assert found.outcome is Outcome.UNTESTABLE and found.untestable is Untestable.NOT_RECORDED
+        assert found.missing == ("kv_b_proj.weight",) and "AMX_MLA" in found.detail
         assert explanation.of("absorb_uk").outcome is Outcome.CORRECT_FROM_INPUTS
 
 
