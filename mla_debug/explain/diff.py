@@ -577,7 +577,10 @@ def _shuffle_count(ranks: list[RankLayout]) -> int:
 
 
 def _same_bytes(x: torch.Tensor, y: torch.Tensor) -> bool:
-    return x.shape == y.shape and x.dtype == y.dtype and torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8))
+    # Flattened first: a 0-dim tensor (a scalar scale) cannot be viewed as bytes of another element size.
+    return x.shape == y.shape and x.dtype == y.dtype and torch.equal(
+        x.contiguous().reshape(-1).view(torch.uint8), y.contiguous().reshape(-1).view(torch.uint8)
+    )
 
 
 def diff_weight(name: str, a: Capture, b: Capture, ckpt: Checkpoint | None) -> WeightDiff:
