@@ -131,9 +131,13 @@ class VllmCaptureExtension:
         return vllm_finish_capture(self, out)
 
     def mla_debug_start_scan(self, out: str, **options: Any) -> Any:
-        """The whole-model scan's start on this worker (`capture.scan_engines`)."""
+        """The whole-model scan's start on this worker (`capture.scan_engines`), with the running engine's
+        name map as the capture's (by class alone the scan would take the GPU release's map, and with it
+        that release's version, for the CPU build)."""
         from . import scan_engines
 
+        if "names" not in options:
+            options["names"] = vllm_map_key()
         return scan_engines.vllm_start_scan(self, out, **options)
 
     def mla_debug_finish_scan(self) -> Any:

@@ -3,10 +3,11 @@
 Runs in the engine's own environment (.venv-vllm), started by tests/engine/conftest.py:
 
     .venv-vllm/bin/python tests/engine/run_vllm.py --model DIR --tp 2 --backend AMX_MLA --out DIR \
-        --layers 1 2 3 [--plant kv-b-guard:2,o-proj-plain-read:3] [--op-checks FILE]
+        --layers 1 2 3 [--plant kv-b-guard:2,o-proj-plain-read:3] [--scan] [--op-checks FILE]
 
-Writes OUT/layer<L>/rank<r>-of-<T>/ per layer (md.capture's format) and OUT/run.json (what ran, how
-long, the greedy tokens). The engine's caches go under OUT/cache, its temporary files to a new folder removed at the end, and
+Writes OUT/layer<L>/rank<r>-of-<T>/ per layer (md.capture's format), with --scan OUT/scan/rank<r>-of-<T>/
+(md.scan's format: every decoder layer, recorded in the same forward as the captures) and OUT/run.json
+(what ran, how long, the greedy tokens). The engine's caches go under OUT/cache, its temporary files to a new folder removed at the end, and
 the shared-memory segments of the engine's CPU communicator are removed when it has stopped.
 """
 
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--layers", type=int, nargs="+", required=True)
     parser.add_argument("--plant", default="")
+    parser.add_argument("--scan", action="store_true", help="also scan every decoder layer into OUT/scan")
     parser.add_argument("--op-checks", type=Path)
     args = parser.parse_args(argv)
     out = args.out.resolve()
@@ -141,8 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         llm.collective_rpc(
             "mla_debug_start_capture", kwargs={"out": str(out / f"layer{layer}"), "layer": layer, "mode": "prefill"}
         )
+    if args.scan:
+        llm.collective_rpc("mla_debug_start_scan", kwargs={"out": str(out / "scan")})
     result = llm.generate([{"prompt_token_ids": PROMPT}], SamplingParams(max_tokens=1, temperature=0.0))
     folders = llm.collective_rpc("mla_debug_finish_capture")
+    scan_folders = llm.collective_rpc("mla_debug_finish_scan") if args.scan else []
     generated = time.perf_counter()
     prefixes = set(llm.collective_rpc("mla_debug_shared_memory_prefix"))
     import vllm
@@ -156,12 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         "prompt": PROMPT,
         "tokens": list(result[0].outputs[0].token_ids),
         "folders": folders,
+        "scan_folders": scan_folders,
         "shared_memory_prefixes": sorted(p for p in prefixes if p),
         "tmpdir": str(tmp),
         "engine_core_in_process": os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0",
         "amx_gate_opened": os.environ.get("MLA_DEBUG_AMX_GATE") == "1",
         "start_s": round(loaded - started, 2),
-        "generate_and_capture_s": round(generated - loaded, 2),
+        "generate_and_capture_s": round(generated - loaded, 2),  # the captures' and the scan's calls included
     }
     llm.llm_engine.engine_core.shutdown()
     del llm
