@@ -2,13 +2,15 @@
 started at TP1 and TP2 under both MLA backends on a tiny FP8 DeepSeek-V3, captured with the documented
 recipe, checked here with load_capture / diff_captures / explain_capture.
 
-Every launch costs 30-130 s on 2 cores, so one session launches the engine four times in all - (TP1, TP2)
+Every launch costs 30-130 s on 2 cores, so one session launches the engine five times in all - (TP1, TP2)
 x (AMX_MLA, CPU_MLA) - each run capturing three layers of one model whose plugin plants a regression on
 two of them (tests/engine/plugin): layer 1 is clean, layer 2 has kv_b_proj's guard dropped
-("kv-b-guard"), layer 3 o_proj's reader told its packed weight is plain ("o-proj-plain-read"). The runs
-are shared by every test of the session (and by pytest-xdist's workers, through a lock and the run's id)
-and kept under build/engine/ (git-ignored) until the next session replaces them;
-``MLA_DEBUG_ENGINE_RUNS=build/engine/run-XXXXXXXX`` re-checks a finished run without launching.
+("kv-b-guard"), layer 3 o_proj's reader told its packed weight is plain ("o-proj-plain-read") - and one
+clean run at TP1 under AMX_MLA (no plant) capturing layer 2. Every launch also scans all four decoder
+layers (md.scan) in the forward that records its captures. The runs are shared by every test of the
+session (and by pytest-xdist's workers, through a lock and the run's id) and kept under build/engine/
+(git-ignored) until the next session replaces them; ``MLA_DEBUG_ENGINE_RUNS=build/engine/run-XXXXXXXX``
+re-checks a finished run without launching.
 
 Skips, with the reason: no .venv-vllm; a CPU with neither AMX tiles nor AVX512-BF16. On AVX512-BF16
 without AMX (AMD Zen 4, ...) the plugin opens vLLM's AMX gate (`MLA_DEBUG_AMX_GATE=1`): the compiled
@@ -25,12 +27,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from engine_tier import BACKENDS, BUILD, LAYERS, TP_SIZES, EngineRun, engine_mode, run_all
+from engine_tier import BUILD, CLEAN, LAUNCHES, LAYERS, PLANTED, EngineRun, Launch, engine_mode, run_all
 
 
 @pytest.fixture(scope="session")
-def engine_runs(testrun_uid) -> dict[tuple[int, str], EngineRun]:
-    """The session's four launches, keyed (tp, backend); run once however many xdist workers ask."""
+def engine_launches(testrun_uid) -> dict[Launch, EngineRun]:
+    """The session's five launches; run once however many xdist workers ask."""
     mode, why = engine_mode()
     if mode is None:
         pytest.skip(why)
@@ -50,11 +52,22 @@ def engine_runs(testrun_uid) -> dict[tuple[int, str], EngineRun]:
     if summary["failures"]:
         pytest.fail("vLLM engine launches failed: " + "; ".join(summary["failures"]))
     runs = {}
-    for tp in TP_SIZES:
-        for backend in BACKENDS:
-            folder = root / f"tp{tp}-{backend}"
-            runs[(tp, backend)] = EngineRun(tp, backend, folder, json.loads((folder / "run.json").read_text()))
+    for launch in LAUNCHES:
+        folder = root / launch.name
+        runs[launch] = EngineRun(launch.tp, launch.backend, folder, json.loads((folder / "run.json").read_text()))
     return runs
+
+
+@pytest.fixture(scope="session")
+def engine_runs(engine_launches) -> dict[tuple[int, str], EngineRun]:
+    """The four planted launches, keyed (tp, backend)."""
+    return {(launch.tp, launch.backend): engine_launches[launch] for launch in PLANTED}
+
+
+@pytest.fixture(scope="session")
+def clean_engine_run(engine_launches) -> EngineRun:
+    """The clean launch: TP1, AMX_MLA, nothing planted."""
+    return engine_launches[CLEAN]
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ TP_SIZES = (1, 2)
 CLEAN_LAYER, KV_B_GUARD_LAYER, O_PROJ_LAYER = 1, 2, 3
 PLANT = f"kv-b-guard:{KV_B_GUARD_LAYER},o-proj-plain-read:{O_PROJ_LAYER}"
 LAYERS = (CLEAN_LAYER, KV_B_GUARD_LAYER, O_PROJ_LAYER)
+MODEL_LAYERS = (0, 1, 2, 3)  # the tiny model's decoder layers (data/checkpoints/make_tiny_v3_fp8.py)
 # Launches run two at a time (a TP2 beside a TP1): engine start-up is mostly single-threaded Python.
 CONCURRENT = 1 if os.environ.get("MLA_DEBUG_ENGINE_SERIAL") == "1" else 2
 LAUNCH_TIMEOUT_S = 900
@@ -61,8 +62,31 @@ def engine_env(mode: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """One engine launch of the tier's plan: every launch also scans all decoder layers (md.scan) in the
+    forward that records its captures."""
+
+    tp: int
+    backend: str
+    plant: str = PLANT
+    layers: tuple[int, ...] = LAYERS
+
+    @property
+    def name(self) -> str:
+        return f"tp{self.tp}-{self.backend}" + ("" if self.plant else "-clean")
+
+
+# The planted runs, (TP1, TP2) x (AMX_MLA, CPU_MLA), and one clean run: the baseline a scan of a planted run
+# is compared with (and a capture of the planted layer 2 diffed with). One clean TP1 launch fits beside a
+# TP2 launch, where the plan had a core idle.
+PLANTED = tuple(Launch(tp, backend) for backend in BACKENDS for tp in TP_SIZES)
+CLEAN = Launch(1, "AMX_MLA", plant="", layers=(KV_B_GUARD_LAYER,))
+LAUNCHES = (*PLANTED, CLEAN)
+
+
+@dataclass(frozen=True)
 class EngineRun:
-    """One launch: its folder (layer<L>/ captures, run.json) and its record."""
+    """One launch: its folder (layer<L>/ captures, scan/, run.json) and its record."""
 
     tp: int
     backend: str
@@ -72,10 +96,14 @@ class EngineRun:
     def layer(self, layer: int) -> Path:
         return self.folder / f"layer{layer}"
 
+    @property
+    def scan(self) -> Path:
+        return self.folder / "scan"
 
-def _launch(mode: str, model: Path, tp: int, backend: str, out: Path, op_checks: Path | None) -> subprocess.Popen:
-    command = [str(ENGINE_PY), str(RUNNER), "--model", str(model), "--tp", str(tp), "--backend", backend,
-               "--out", str(out), "--layers", *map(str, LAYERS), "--plant", PLANT]
+
+def _launch(mode: str, model: Path, launch: Launch, out: Path, op_checks: Path | None) -> subprocess.Popen:
+    command = [str(ENGINE_PY), str(RUNNER), "--model", str(model), "--tp", str(launch.tp), "--backend",
+               launch.backend, "--out", str(out), "--layers", *map(str, launch.layers), "--plant", launch.plant, "--scan"]
     if op_checks is not None:
         command += ["--op-checks", str(op_checks)]
     out.mkdir(parents=True, exist_ok=True)
@@ -93,38 +121,44 @@ def _stop(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def _next(waiting: list[Launch], running: dict[Launch, tuple]) -> Launch | None:
+    """The first waiting launch that may start now: two TP>1 engines side by side on 2 cores spin against
+    each other (each rank is bound to one core and busy-waits in the shared-memory all-reduce), so a TP2
+    launch runs beside TP1 launches only."""
+    if len(running) >= CONCURRENT:
+        return None
+    busy = any(launch.tp > 1 for launch in running)
+    return next((launch for launch in waiting if not (busy and launch.tp > 1)), None)
+
+
 def run_all(mode: str, root: Path) -> dict:
     model = BUILD / "model"
     if not model.exists():
         subprocess.run([str(ENGINE_PY), str(MODEL_SCRIPT), "--out", str(model)], cwd=ROOT, env=engine_env(mode),
                        check=True, capture_output=True)
-    # Two TP2 engines side by side on 2 cores spin against each other (each rank is bound to one core and
-    # busy-waits in the shared-memory all-reduce): each TP2 launch runs beside one TP1 launch instead.
-    pairs = [[(2, backend), (1, backend)] for backend in BACKENDS]
-    first = (1, BACKENDS[0])
-    timings, failures, started_all = {}, [], time.perf_counter()
-    for pair in pairs:
-        waiting, running = list(pair), {}
-        while waiting or running:
-            while waiting and len(running) < CONCURRENT:
-                key = waiting.pop(0)
-                checks = root / "op-checks.safetensors" if key == first else None
-                out = root / f"tp{key[0]}-{key[1]}"
-                running[key] = (_launch(mode, model, key[0], key[1], out, checks), time.perf_counter())
-            time.sleep(0.5)
-            for key, (process, since) in list(running.items()):
-                overran = time.perf_counter() - since > LAUNCH_TIMEOUT_S
-                if process.poll() is None and not overran:
-                    continue
-                if process.poll() is None:
-                    _stop(process)
-                del running[key]
-                timings[f"tp{key[0]}-{key[1]}"] = round(time.perf_counter() - since, 1)
-                if process.returncode != 0:
-                    log = root / f"tp{key[0]}-{key[1]}" / "engine.log"
-                    failures.append(f"tp{key[0]} {key[1]} exited {process.returncode} (log: {log})")
+    # The TP2 launches first: each takes about twice a TP1's time, and the TP1 launches fill the other core.
+    waiting = sorted(LAUNCHES, key=lambda launch: -launch.tp)
+    first = Launch(1, BACKENDS[0])
+    timings, failures, running, started_all = {}, [], {}, time.perf_counter()
+    while waiting or running:
+        launch = _next(waiting, running)
+        while launch is not None:
+            waiting.remove(launch)
+            checks = root / "op-checks.safetensors" if launch == first else None
+            running[launch] = (_launch(mode, model, launch, root / launch.name, checks), time.perf_counter())
+            launch = _next(waiting, running)
+        time.sleep(0.5)
+        for launch, (process, since) in list(running.items()):
+            overran = time.perf_counter() - since > LAUNCH_TIMEOUT_S
+            if process.poll() is None and not overran:
+                continue
+            if process.poll() is None:
+                _stop(process)
+            del running[launch]
+            timings[launch.name] = round(time.perf_counter() - since, 1)
+            if process.returncode != 0:
+                log = root / launch.name / "engine.log"
+                failures.append(f"{launch.name} exited {process.returncode} (log: {log})")
     summary = {"mode": mode, "wall_s": round(time.perf_counter() - started_all, 1), "launch_s": timings, "failures": failures}
     (root / "tier.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
-
-

@@ -1,4 +1,4 @@
-"""What the four launches of vLLM's CPU build did, and that they left nothing behind."""
+"""What the five launches of vLLM's CPU build did, and that they left nothing behind."""
 
 from __future__ import annotations
 
@@ -10,6 +10,21 @@ import torch
 from engine_tier import BACKENDS, LAYERS, TP_SIZES
 
 import mla_debug as md
+
+
+def processes_started_with(variable: str) -> list[int]:
+    """The processes (of this user: others' environments cannot be read) started with `variable` set."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environment = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        if variable.encode() in environment:
+            found.append(int(proc.name))
+    return found
 
 
 @pytest.mark.parametrize("tp", TP_SIZES)
@@ -53,12 +68,14 @@ def test_cpu_mla_keeps_kv_b_proj_plain_and_its_derived_weights(engine_runs):
         assert cap.rank(0)["W_UK"].attrs.get("layout") is None
 
 
-def test_launches_leave_no_process_and_no_shared_memory(engine_runs):
-    for run in engine_runs.values():
+def test_launches_leave_no_process_and_no_shared_memory(engine_launches):
+    for run in engine_launches.values():
         for prefix in run.record["shared_memory_prefixes"]:
             assert not list(Path("/dev/shm").glob(f"{prefix}-*")), prefix
         if run.tp > 1:
             assert run.record["shared_memory_prefixes"], "a TP>1 engine names its shared-memory segments"
-    for run in engine_runs.values():
+    for run in engine_launches.values():
         assert not Path(run.record["tmpdir"]).exists(), "the engine's temporary folder is removed"
+        # Every process the engine spawned inherited the runner's TMPDIR: none of them is left.
+        assert not processes_started_with(f"TMPDIR={run.record['tmpdir']}"), run.folder.name
     assert not os.environ.get("MLA_DEBUG_PLANT"), "the plant reaches only the engine processes"
