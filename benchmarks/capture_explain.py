@@ -1,12 +1,15 @@
 """Loading, diffing and explaining two captures of a real-size DeepSeek-V3 layer: TP2 against TP8.
 
   PYTHONPATH=. python3 benchmarks/capture_explain.py [--model deepseek-v3] [--tokens 16] [--tp 2,8]
-      [--workdir DIR] [--out FILE]
+      [--input-differs] [--workdir DIR] [--out FILE]
 
 Setup (not timed): a synthetic checkpoint of the layer (seed 0), mla_debug's reference run at each TP
 size as a capture (`explain.run_capture`: real per-rank weight and activation shards), and in the larger
 TP size a planted defect - kv_b_proj's bytes shuffled (16, 16) once on every rank, with kv_b_proj's output
-what a plain reader of those bytes computes - written with the capture store to `--workdir`.
+what a plain reader of those bytes computes - written with the capture store to `--workdir`. With
+`--input-differs` the larger TP size runs on a layer input moved by one bf16 rounding step here and there
+(what earlier layers' partial sums in another order leave), so the diff also propagates that difference
+through the fp32 truth on each side's input.
 
 Measured, in a fresh process (so the peak is its own): `md.load_capture` of both folders,
 `md.diff_captures(tp2, tp8)` (per-rank byte forensics of every weight and scale against the TP2 capture's
@@ -34,7 +37,17 @@ def vm_hwm_gb() -> float:
     return float("nan")
 
 
-def make_captures(model: str, tokens: int, tps: list[int], workdir: Path) -> list[Path]:
+def _nudged(hidden, seed: int = 2):
+    """`hidden` with about one element in four moved by about one bf16 step (2^-7 relative), as sums in another
+    order leave it."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    step = torch.randint(-1, 2, hidden.shape, generator=gen) * (torch.rand(hidden.shape, generator=gen) < 0.25)
+    return (hidden.float() * (1 + step * 2.0**-7)).to(hidden.dtype)
+
+
+def make_captures(model: str, tokens: int, tps: list[int], workdir: Path, input_differs: bool = False) -> list[Path]:
     import torch
 
     import mla_debug as md
@@ -43,10 +56,11 @@ def make_captures(model: str, tokens: int, tps: list[int], workdir: Path) -> lis
 
     cfg = md.MLAConfig.preset(model)
     ckpt = md.Checkpoint.synthetic(cfg, seed=0, progress=False)
-    hidden = torch.randn(tokens, cfg.hidden_size, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    first = torch.randn(tokens, cfg.hidden_size, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     positions = torch.arange(tokens)
     folders = []
     for tp in tps:
+        hidden = _nudged(first) if input_differs and tp == max(tps) else first
         run = md.run_layer(cfg, ckpt, hidden, positions, tp_size=tp)
         capture = run_capture(run, ckpt, hidden, positions, note="benchmarks/capture_explain.py")
         folder = workdir / f"tp{tp}"
@@ -100,6 +114,7 @@ def main() -> None:
     parser.add_argument("--model", default="deepseek-v3")
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--tp", type=int_list, default=[2, 8], help="two TP sizes, e.g. 2,8")
+    parser.add_argument("--input-differs", action="store_true", help="the larger TP size's layer input nudged")
     parser.add_argument("--workdir", type=Path, default=None, help="where the captures go (default: a temp folder)")
     parser.add_argument("--out", default=None, help="also write the markdown table here")
     parser.add_argument("--measure", nargs=2, default=None, help=argparse.SUPPRESS)  # the child process
@@ -108,11 +123,12 @@ def main() -> None:
         print(json.dumps(measure(args.measure)))
         return
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        folders = make_captures(args.model, args.tokens, args.tp, Path(tmp))
+        folders = make_captures(args.model, args.tokens, args.tp, Path(tmp), args.input_differs)
         result = json.loads(run_module("capture_explain", "--measure", *map(str, folders)).strip().splitlines()[-1])
     rows = [
         (
-            f"{args.model} TP{args.tp[0]} vs TP{args.tp[1]}, {args.tokens} tokens",
+            f"{args.model} TP{args.tp[0]} vs TP{args.tp[1]}, {args.tokens} tokens"
+            + (", layer inputs differ" if args.input_differs else ""),
             f"{result['load_s']:.1f}",
             f"{result['diff_s']:.1f}",
             f"{result['explain_s']:.1f}",

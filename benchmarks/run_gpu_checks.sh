@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU correctness checks and every GPU benchmark in one go, for a CUDA machine (run from anywhere).
-# Logs go to $OUT (or benchmarks/out): versions.txt, gpu_probe.log, gpu_tests.log, aiter_tests.log, one .md/.log per
-# benchmark and profile_samples/ (the sample traces, recorded afresh). BENCH=0 skips the benchmarks;
-# BENCH_ARGS=--quick shortens the GEMM and norm+quant sweeps.
+# Logs go to $OUT (or benchmarks/out): versions.txt, gpu_probe.log, gpu_tests.log, aiter_tests.log,
+# engine_paths.log, one .md/.log per benchmark and profile_samples/ (the sample traces, recorded afresh).
+# BENCH=0 skips the benchmarks; BENCH_ARGS=--quick shortens the GEMM and norm+quant sweeps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-benchmarks/out}
@@ -30,6 +30,12 @@ python3 -m pytest -q -rA tests/aiter_reference/test_aiter_gpu.py tests/aiter_ref
   tests/aiter_reference/test_quant_vs_aiter.py tests/aiter_reference/test_normquant_vs_aiter.py \
   tests/aiter_reference/test_loader.py tests/kernels/test_aiter_triton_kernel.py \
   -p no:cacheprovider 2>&1 | tee "$out/aiter_tests.log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+# Triages whose diverging step is consumed by aiter's own compiled GEMM (SGLang's as_strided scale view handed
+# to it, DeepSeek-V3 on the mi355x profile), and vLLM 0.33 on h200: FlashInfer's small-M path and W_UK/W_UV
+# through kv_b_proj's kernel, on CUDA tensors.
+python3 -m pytest -q -rA tests/aiter_reference/test_triage_through_aiter.py tests/triage/test_engine_paths.py \
+  -p no:cacheprovider 2>&1 | tee "$out/engine_paths.log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 # A captured FP8 engine (transformers' DeepSeek-V3 attention on aiter's Triton quant and GEMM) explained
 # against the emulation: within FP8 noise clean, the planted column-major scale view named.

@@ -1,4 +1,4 @@
-"""The released serving-engine wheels the tests read: vLLM 0.33.0 and SGLang 0.5.23.
+"""The released serving-engine wheels the tests read: vLLM 0.33.0, SGLang 0.5.23 and FlashInfer 0.7.2.post1.
 
 Engine profiles and quantizer flavors model rules read from these releases; the tests hold them to
 the releases' own code: they load single reference functions from the wheels and check that every
@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # MLA_DEBUG_ENGINE_WHEELS points at another folder holding the same wheels (a shared download).
 FOLDER = Path(os.environ.get("MLA_DEBUG_ENGINE_WHEELS", ROOT / ".cache" / "engine-wheels"))
 
-# package -> the release the profiles model
-RELEASES = {"vllm": "0.33.0", "sglang": "0.5.23"}
+# package -> the release the profiles model. flashinfer-python is the version vLLM 0.33.0 pins
+# (Requires-Dist: flashinfer-python==0.7.2.post1): its Hopper block-FP8 GEMM takes vLLM's small-M linears.
+RELEASES = {"vllm": "0.33.0", "sglang": "0.5.23", "flashinfer-python": "0.7.2.post1"}
 # Only CPython 3.11 wheels of SGLang 0.5.23 exist; they are read as zip files, not installed, so the
 # download asks for that tag whatever Python runs the tests. pip takes a --platform literally, so both
 # manylinux levels the two wheels are built for are named (vLLM's is manylinux_2_28, SGLang's 2_34).
@@ -41,9 +42,10 @@ FETCH_COMMAND = "python tests/engine_wheels.py fetch"
 
 
 def wheel_path(package: str) -> Path | None:
-    """The downloaded wheel of `package`'s modelled release, or None."""
+    """The downloaded wheel of `package`'s modelled release, or None (a wheel's file name spells the
+    distribution with underscores: flashinfer_python-...)."""
     version = RELEASES[package]
-    found = sorted(FOLDER.glob(f"{package}-{version}-*.whl"))
+    found = sorted(FOLDER.glob(f"{package.replace('-', '_')}-{version}-*.whl"))
     return found[0] if found else None
 
 

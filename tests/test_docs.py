@@ -17,7 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (the dev extra)
+    import tomli as tomllib
 
 pytest.importorskip("mkdocs", reason="mkdocs is not installed (the docs and dev extras install it; make test does)")
 

@@ -24,12 +24,12 @@ BEHAVIOUR_FIELDS = (
     "v4_fused_norm_quant, v4_fused_transpose_scale, v4_ask_consumers, v4_model_preshuffle, "
     "skip_model_shuffle_if_kernel_preshuffles, v4_wqa_wkv_override, norm_quant_backend, v4_wo_a_is_bmm, "
     "v3_fused_norm_quant, "
-    "v3_fused_transpose_scale, absorbed_weight_dtype, absorbed_bmm, absorbed_weights_derived, load_order, "
-    "honours_rope_interleave, fused_scale_strided"
+    "v3_fused_transpose_scale, absorbed_weight_dtype, absorbed_bmm, absorbed_weights_via, absorbed_weights_derived, "
+    "load_order, honours_rope_interleave, fused_scale_strided"
 )
 VALID_KEYS = (
     "name, description, base, priority, preshuffled_first, disabled, overrides, kernel_options, behaviour, tuned, "
-    "triton_configs, upstream, fixed_by, engine, settings, rules"
+    "triton_configs, upstream, fixed_by, engine, settings, rules, reachable"
 )
 NAMED = f"{', '.join(BUILTIN)} (built-in), {', '.join(md.scenarios.profile_names())} (engine profiles in data/engines/)"
 
@@ -105,6 +105,12 @@ def test_a_scenario_with_every_field_set_round_trips_through_a_yaml_file(tmp_pat
         upstream="vLLM PR #51692 plus a local patch",
         fixed_by="vllm-pr56433",
         engine=md.scenarios.Engine("vLLM", "0.33.0+local"),
+        reachable=md.scenarios.Reachability(
+            md.scenarios.Reach.LATENT,
+            True,
+            "once X is tuned",
+            (md.scenarios.Evidence("it reads X", md.scenarios.Source("vllm", "0.33.0", "vllm/envs.py", "X", "1-2")),),
+        ),
         settings={"USE_X": md.scenarios.Setting("USE_X", md.scenarios.SettingKind.ENV, "0", ("0", "1"), "x", SOURCE)},
         chosen={"USE_X": "1"},
         rules=(
@@ -278,7 +284,7 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
         (
             "behaviour",
             {"absorbed_weight_dtype": True},
-            "'behaviour.absorbed_weight_dtype' must be one of 'fp32', 'bf16', 'fp8-per-tensor', got True (bool)",
+            "'behaviour.absorbed_weight_dtype' must be one of 'fp32', 'bf16', 'fp8-per-tensor', 'fp8-per-tensor-from-bf16', got True (bool)",
         ),
         (
             "behaviour",
@@ -288,7 +294,7 @@ def test_unknown_keys_are_named_with_the_valid_ones(data, message):
         (
             "behaviour",
             {"absorbed_bmm": "fp8"},
-            "'behaviour.absorbed_bmm' must be one of 'dequantized', 'fp8-group-quant', got 'fp8' (str)",
+            "'behaviour.absorbed_bmm' must be one of 'dequantized', 'fp8-group-quant', 'fp8-group-quant-uk', got 'fp8' (str)",
         ),
         (
             "kernel_options",

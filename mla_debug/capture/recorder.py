@@ -19,6 +19,12 @@ an engine computes inside a fused op). On leaving without an error, the rank's f
 Activations are stored as (rows, features): the rows of the op's flattened leading dims (batch x
 sequence) that `tokens` selects, the features of the rank's shard; the op's own shape and strides go
 into the tensor's attrs. Weights, derived weights and activation scales are kept whole, byte for byte.
+
+The keys the kept rows attended to beyond themselves - the call's rows `tokens` left out, and the rows
+of the layer's earlier calls inside the block (a decode call's KV cache) - are kept as the layer-input
+rows ``context.input`` with their positions (capture.context); the manifest says the call's mode (from
+the positions when `mode` is not given) and every key position. To capture a decode call, enter the
+block before the prompt's call and pass `call`.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import torch
 
 from ..model import MLAConfig
 from . import canonical as canon
+from .context import CONTEXT_INPUT, CONTEXT_POSITIONS, ContextRows, inferred_mode, key_positions, rows_by_position
 from .names import LINEAR_TENSORS, NameMap, resolve_map
 from .names import builtin_maps as _builtin_maps
 from .roles import Shard, TensorRole
@@ -204,6 +211,9 @@ class LayerCapture:
         self._inside = False
         self._rows: int | None = None
         self._positions: list[int] | None = None
+        # Positions of every row of the recorded call, and the rows its kept rows may attend to (context.py).
+        self._call_positions: list[int] | None = None
+        self._context = ContextRows()
         self._open = False
 
     # -- entering: weights now, hooks for the forward ---------------------------------------------
@@ -295,7 +305,13 @@ class LayerCapture:
 
     def _layer_pre_hook(self, module, args, kwargs):
         self._calls += 1
-        self._inside = self._calls - 1 == self.call
+        index = self._calls - 1
+        self._inside = index == self.call
+        if index < self.call:
+            # An earlier call: its rows filled the KV cache the recorded call may read (context.py).
+            hidden, _ = local_tensor(self._argument(self.name_map.hidden_arg, args, kwargs))
+            positions, _ = local_tensor(self._argument(self.name_map.positions_arg, args, kwargs))
+            self._context.add(hidden, positions, self.cfg.hidden_size)
         if not self._inside:
             return None
         hidden, _ = local_tensor(self._argument(self.name_map.hidden_arg, args, kwargs))
@@ -312,9 +328,17 @@ class LayerCapture:
                 raise ValueError(
                     f"capture: {flat.numel()} positions for {self._rows} token rows of the layer input"
                 )
+            self._call_positions = flat.to(torch.long).cpu().tolist()
             kept = flat[self._selection()].to(torch.long).cpu()
             self._positions = kept.tolist()
             self._keep(canon.POSITIONS, TensorRole.INPUT, kept.clone(), "rope", self.attention_path, {}, Shard.REPLICATED, None)
+            if self.tokens is not None:
+                # The call's rows left out by tokens= are keys of the kept ones.
+                left_out = [r for r in range(self._rows) if r not in set(self.tokens)]
+                rows = hidden.detach().reshape(-1, hidden.shape[-1])
+                self._context.add(rows[left_out], flat[left_out], self.cfg.hidden_size)
+        elif self.tokens is None and self.given_positions is not None:
+            self._call_positions = list(self.given_positions)
         return None
 
     def _layer_hook(self, module, args, output):
@@ -377,7 +401,14 @@ class LayerCapture:
                     f"input has {self._rows} token rows"
                 )
         elif rows.shape[0] != self._rows:
-            raise ValueError(f"capture: {name} has {rows.shape[0]} rows, the layer input {self._rows}")
+            matched = rows_by_position(rows, self._call_positions)
+            if matched is None:
+                # Rows that are not the call's and cannot be matched to them: kept whole, per rank, as evidence.
+                attrs["rows"] = f"{rows.shape[0]} rows, not the {self._rows} of the layer input"
+                self._keep(name, _role_of(name) or TensorRole.OUTPUT, exact_copy(x), info.step, source, attrs, Shard.PER_RANK, None)
+                return
+            attrs["rows"] = f"{rows.shape[0]} rows indexed by position (a KV cache), kept at the call's positions"
+            rows = matched
         kept = rows[self._selection()].detach().to("cpu", copy=True).contiguous()
         reduced = self.reduced if module == "o_proj" else True
         shard, dim = canon.activation_shard(self.cfg, module, name, width, self.tp_size, output, reduced)
@@ -461,8 +492,36 @@ class LayerCapture:
             _ACTIVE.remove(self)
         if exc_type is not None:
             return False
+        self._keep_context()
         self.path = write_rank(self.out, self.manifest(), RankCapture(self.rank, self.tp_size, dict(self.tensors)))
         return False
+
+    def _keep_context(self) -> None:
+        """context.input / context.positions: the rows the kept rows may attend to beyond themselves."""
+        kept = self._positions if self._positions is not None else self.given_positions
+        if not self.activations or not kept or CONTEXT_INPUT in self.tensors:
+            return
+        found = self._context.up_to(max(kept))
+        if found is None:
+            return
+        rows, positions = found
+        attrs: dict[str, AttrValue] = {"incomplete": True} if self._context.unknown else {}
+        self._keep(CONTEXT_INPUT, TensorRole.INPUT, rows, None, self.attention_path, attrs, Shard.REPLICATED, None)
+        self._keep(CONTEXT_POSITIONS, TensorRole.INPUT, positions, None, self.attention_path, {}, Shard.REPLICATED, None)
+
+    def _mode(self, positions: list[int]) -> str | None:
+        """The mode given, else the one the call's positions show (context.py); None when they are unknown."""
+        if self.mode is not None or not self.activations:
+            return self.mode
+        if self._call_positions is None or not positions:
+            return None
+        return inferred_mode(positions, self._call_positions)
+
+    def _key_positions(self, positions: list[int]) -> list[int] | None:
+        """Positions of the keys the kept rows attended to (context.py), None when the call's are unknown."""
+        if not self.activations or self._call_positions is None or not positions:
+            return None
+        return key_positions(positions, self._call_positions, self.mode)
 
     def manifest(self) -> CaptureManifest:
         """What this rank's capture shares with the other ranks' (kept tokens, positions, config, ...)."""
@@ -486,7 +545,8 @@ class LayerCapture:
             positions=positions,
             tokens=tokens,
             model_type=self.model_type,
-            mode=self.mode,
+            mode=self._mode(positions),
+            key_positions=self._key_positions(positions),
             versions=versions,
             note=self.note,
         )

@@ -48,6 +48,8 @@ def manifest_to_json(manifest: CaptureManifest) -> dict[str, Any]:
         "tokens": list(manifest.tokens),
         "mode": manifest.mode,
         "note": manifest.note,
+        # Optional (readers of this format version that predate it ignore it): see CaptureManifest.
+        "key_positions": None if manifest.key_positions is None else list(manifest.key_positions),
     }
 
 
@@ -68,6 +70,7 @@ def manifest_from_json(data: dict[str, Any], where: str) -> CaptureManifest:
             mode=data.get("mode"),
             versions={str(k): str(v) for k, v in data.get("versions", {}).items()},
             note=str(data.get("note", "")),
+            key_positions=data.get("key_positions"),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{where}: manifest is missing or has a malformed field ({err!r})") from None

@@ -103,7 +103,9 @@ class CaptureManifest:
     `tokens` are the rows of the forward's flattened (batch * sequence) activations that were kept, in
     order; `positions` their rotary positions. `mode` is "prefill" or "decode" when known. `versions`
     names the libraries that were importable when capturing (torch, transformers, vllm, sglang, aiter,
-    mla_debug), each with its version.
+    mla_debug), each with its version. `key_positions` are the positions of every key the kept rows
+    attended to (their own, the call's other rows, a KV cache's), when the recorder could tell; the
+    rows among them that are not kept are the tensor ``context.input`` (capture.context).
     """
 
     engine: EngineInfo
@@ -116,10 +118,13 @@ class CaptureManifest:
     mode: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    key_positions: tuple[int, ...] | None = None
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
+        if self.key_positions is not None:
+            object.__setattr__(self, "key_positions", tuple(int(p) for p in self.key_positions))
         object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
         if len(self.positions) != len(self.tokens):
             raise ValueError(

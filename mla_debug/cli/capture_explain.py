@@ -24,7 +24,8 @@ def _checkpoint_option(parser) -> None:
         default=None,
         metavar="C",
         help="the layer's weights as the engine loaded them: a Hugging Face checkpoint folder or a capture folder "
-        "whose weights are in checkpoint layout (default: a capture's own, when they are)",
+        "whose weights are in checkpoint layout (default: the captures' own, when they are - the output names "
+        "which weights every verdict rests on)",
     )
     parser.add_argument(
         "--json", default=None, metavar="OUT.json", help="also write the result as JSON (never overwrites)"
@@ -35,11 +36,13 @@ def add_diff_parser(actions) -> None:
     diff = actions.add_parser(
         "diff",
         help="per step and rank, where capture B leaves capture A; weights' bytes in layout or value",
-        description="Diff two captures of one layer (e.g. TP2 and TP4) on the same inputs: each step's error "
-        "of B against A judged by the FP8 noise floor, and each weight's and scale's bytes on every rank against "
-        "the checkpoint (same bytes, shuffled N times, scale order, other values).",
+        description="Diff two captures of one layer (e.g. TP2 and TP4) on the same tokens: each step's error "
+        "of B against A, less what the two layer inputs' own difference explains, judged by the FP8 noise floor; "
+        "and each weight's and scale's bytes on every rank against the checkpoint (same bytes, shuffled N times, "
+        "scale order, other values). Without --checkpoint it says which weights it judged against, the same "
+        "whichever capture comes first.",
     )
-    diff.add_argument("a", metavar="A", help="capture folder: the baseline")
+    diff.add_argument("a", metavar="A", help="capture folder: the baseline (B is judged against it)")
     diff.add_argument("b", metavar="B", nargs="?", default=None, help="capture folder under test")
     diff.add_argument("--reference", action="store_true", help="diff A against mla_debug's reference run (no B)")
     _checkpoint_option(diff)
@@ -117,23 +120,30 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from ..explain.diff import diff_captures, known_checkpoint
+    from ..explain.diff import diff_captures, own_checkpoint
     from ..explain.explain import explain_capture
+    from ..explain.truth import Truth, TruthSource
     from ..viz.captures import explanation_lines, ranking_rows
 
     a = _load(args.a, "A")
     ckpt = load_checkpoint(args.checkpoint, a.manifest.layer)
-    diff = None
+    diff, truth = None, None
     if args.against is not None:
         b = _load(args.against, "--against")
-        diff = diff_captures(b, a, known_checkpoint(b, a, ckpt))
-        ckpt = ckpt if ckpt is not None else known_checkpoint(b, a, None)
-    explanation = explain_capture(a, ckpt, diff=diff)
+        diff = diff_captures(b, a, ckpt)
+        if ckpt is None and diff.truth.source is TruthSource.SIDE_A:
+            # The weights the diff decided for are --against's: explain A against them, saying so.
+            ckpt, truth = own_checkpoint(b), Truth(TruthSource.OTHER_CAPTURE)
+        elif ckpt is None and diff.truth.source is TruthSource.SIDE_B:
+            ckpt, truth = own_checkpoint(a), diff.truth
+    if ckpt is not None and truth is None and args.checkpoint is not None and _is_capture(Path(args.checkpoint)):
+        truth = Truth(TruthSource.OTHER_CAPTURE)  # another capture's weights, not the engine's checkpoint
+    explanation = explain_capture(a, ckpt, diff=diff, truth=truth)
     for line in explanation_lines(explanation):
         print(line)
     for e in explanation.explanations:
         if e.candidates and e.outcome.value != "correct_from_inputs":
             print(f"\n{e.tensor or e.step}: candidates ranked by how well each reproduces the capture")
-            print_columns(("rank", "story", "rel err"), ranking_rows(e))
+            print_columns(("place", "story", "on ranks", "rel err"), ranking_rows(e))
     _write_json(explanation, args.json)
     return 0

@@ -122,21 +122,17 @@ def _layouts_load(text: str, layer: int | None, role: str, ignore_extra: bool = 
 def _layouts_read_dump(path, layer: int | None, role: str) -> tuple[dict, str, int | None]:
     """A .safetensors dump's tensors. Keys like ``model.layers.3.self_attn.kv_b_proj.weight`` become
     ``kv_b_proj.weight`` (the checkpoint's short names) for the chosen layer; other layers are skipped."""
-    import re
-
-    from ..model.checkpoint import open_safetensors
-
-    layer_key = re.compile(r"^(?:.*?\.)?layers\.(\d+)\.(.+)$")
+    from ..model.checkpoint import open_safetensors, split_layer_key
     with open_safetensors(path, f"{role} {path}") as handle:  # reads the header; tensors on demand
         keys = list(handle.keys())
         by_layer: dict[int, list[tuple[str, str]]] = {}
         unlayered: list[tuple[str, str]] = []
         for key in keys:
-            match = layer_key.match(key)
-            if match is None:
+            split = split_layer_key(key)
+            if split is None:
                 unlayered.append((key.removeprefix("self_attn."), key))
             else:
-                by_layer.setdefault(int(match.group(1)), []).append((match.group(2).removeprefix("self_attn."), key))
+                by_layer.setdefault(split[0], []).append((split[1].removeprefix("self_attn."), key))
         if layer is None and len(by_layer) > 1:
             raise LookupError(f"{role} {path} holds tensors of layers {sorted(by_layer)}; choose one with --layer")
         chosen = layer if layer is not None else next(iter(by_layer), None)

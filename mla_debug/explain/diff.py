@@ -4,20 +4,27 @@ Two questions, answered as data (words are made in viz/ and the CLI):
 
 - weights and scales, per rank of each side: are the bytes the base's bytes (`ByteRelation.SAME`),
   the base's bytes shuffled k times (`SHUFFLED`), a block scale's values in another memory order
-  (`SCALE_ORDER`), or other values (`VALUE`)? The base is the checkpoint when one is known (the one
-  passed, else a side whose weights are in checkpoint layout, `Capture.checkpoint()`): shuffle counts
-  are then absolute. Without one the base is a side's own gathered bytes and counts are relative to it.
-  A weight then differs between the sides in `Difference.LAYOUT` (same values, other order) or in
+  (`SCALE_ORDER`), or other values (`VALUE`)? The base is the checkpoint when one is passed: shuffle
+  counts are then absolute. Without one the base is a side's own gathered bytes (chosen as below) and
+  counts are relative to it. A weight then differs between the sides in `Difference.LAYOUT` (same values, other order) or in
   `Difference.VALUE`. The byte tests are `layouts.forensics`' (compare_tensor, identify_scale_layout).
 - activations, per step: the error of b's gathered output against a's, judged by the rule of
-  `triage.diff` (`step_verdict`) against the FP8 noise floor of `verdict` computed for the
-  capture's inputs (`capture_reference.capture_floor`: max of the floors at both TP sizes, as a correct
-  run at either size may sit anywhere below its own). Column-parallel outputs also get b's per-rank
-  slice errors, so a single bad rank shows.
+  `verdict` (`step_verdict`) against the FP8 noise floor computed for the capture's inputs
+  (`explain.reference.capture_floor`: max of the floors at both TP sizes, as a correct
+  run at either size may sit anywhere below its own) - after taking away what the two layer inputs'
+  own difference makes of the step (`explain.inherited`): a step is judged on its `residual`, and one
+  that differs only by what it inherited is `StepVerdict.INHERITED`, not diverged. Column-parallel
+  outputs also get each side's per-rank slices of the residual, so a single bad rank shows.
+
+The weights taken as right are named (`CaptureDiff.truth`, `explain.truth`). Without a checkpoint, the
+base each weight's bytes are related to is chosen the same way whatever the argument order: the bytes
+both sides hold; else the side whose bytes the other's are a re-layout of (the plainer; engines only
+shuffle forward); else neither (`LayoutBase.OTHER_SIDE`: each side against the other's bytes) and the
+truth is UNDECIDED, with the weights in dispute named.
 
 By convention `a` is the baseline (TP2, or mla_debug's reference capture) and `b` the capture under
-test; `diff_captures(capture, reference=True)` builds the reference side from `run_layer` on the
-capture's checkpoint and inputs (`capture_reference.reference_capture`).
+test (`CaptureDiff.baseline`); `diff_captures(capture, reference=True)` builds the reference side from
+`run_layer` on the capture's checkpoint and inputs (`explain.reference.reference_capture`).
 """
 
 from __future__ import annotations
@@ -34,14 +41,19 @@ import torch
 
 from .._json_numbers import float_from_json, float_to_json
 from ..capture import Capture, CapturedTensor, Shard, TensorRole
+from ..capture.gather import RELAID_ATTRS
 from ..layouts import ScaleLayout, VerdictKind, compare_tensor, identify_scale_layout
 from ..layouts.scale_layout import scale_memory
 from ..model import Checkpoint
 from ..model.records import StepRecord
 from ..numerics import cosine, max_abs, rel_l2, snr_db
 from ..verdict import step_verdict
+from .inherited import InputDifference, inherited_deltas, input_difference
+from .truth import Truth, TruthSource
+from .untestable import Untestable
 
-SCHEMA = 1
+SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)  # schema 1: before truth, layer input, verdicts and residuals were recorded
 KIND = "capture-diff"
 # The step whose floor the layer output is judged by (mla_debug's name of the all-reduced output).
 LAYER_OUTPUT_STEP = "all_reduce"
@@ -55,6 +67,7 @@ class LayoutBase(str, Enum):
     CHECKPOINT = "checkpoint"  # the checkpoint's bytes, sharded as each side holds them: absolute counts
     SIDE_A = "a"  # side a's gathered bytes: counts relative to a
     SIDE_B = "b"  # side b's gathered bytes: counts relative to b
+    OTHER_SIDE = "other_side"  # no base decided: each side's ranks against the other side's gathered bytes
 
 
 class ByteRelation(str, Enum):
@@ -80,6 +93,16 @@ class StepStatus(str, Enum):
     SHAPE_DIFFERS = "shape_differs"  # the two sides recorded the step in different shapes
     ONLY_IN_A = "only_in_a"
     ONLY_IN_B = "only_in_b"
+    UNTESTABLE = "untestable"  # not comparable for the reason in `StepComparison.untestable`
+
+
+class StepVerdict(str, Enum):
+    """A compared step, judged on its residual (b - a less what the layer inputs' difference explains)."""
+
+    AGREES = "agrees"  # within the threshold
+    INHERITED = "inherited"  # beyond the threshold, but the layer inputs' difference explains it
+    DIVERGED = "diverged"  # beyond what the inputs' difference and the noise floor explain (or non-finite)
+    UNJUDGED = "unjudged"  # no threshold (no truth), or an input difference that could not be propagated
 
 
 @dataclass(frozen=True)
@@ -167,10 +190,14 @@ class WeightDiff:
 
 @dataclass(frozen=True)
 class StepComparison:
-    """One step's gathered output of b against a's, by `triage.diff`'s rule.
+    """One step's gathered output of b against a's, by `verdict`'s rule, on the residual.
 
-    `rank_errors` holds b's per-rank slice errors of a column-parallel output (empty otherwise);
-    `floor`/`threshold` are None without a noise floor (then only non-finite values diverge).
+    `rel_err` (and max_abs, cosine, snr_db) compare the outputs as they are; `inherited` is the part of
+    b - a that the layer inputs' difference explains, relative to a (0 when the inputs are the same
+    bytes, None when it could not be propagated); `residual` what is left, the number `threshold` judges
+    (`verdict`; `diverged` is verdict DIVERGED). `rank_errors` / `rank_errors_a` are b's / a's per-rank
+    slices of the residual of a column-parallel output (empty otherwise). `floor`/`threshold` are None
+    without a noise floor. `untestable` says why an UNTESTABLE step was not compared.
     """
 
     step: str
@@ -185,12 +212,21 @@ class StepComparison:
     rank_errors: tuple[float, ...] = ()
     shape_a: tuple[int, ...] = ()
     shape_b: tuple[int, ...] = ()
+    verdict: StepVerdict | None = None
+    inherited: float | None = None
+    residual: float = math.nan
+    rank_errors_a: tuple[float, ...] = ()
+    untestable: Untestable | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "step": self.step,
             "status": self.status.value,
+            "verdict": None if self.verdict is None else self.verdict.value,
+            "untestable": None if self.untestable is None else self.untestable.value,
             "rel_err": float_to_json(self.rel_err),
+            "inherited": float_to_json(self.inherited),
+            "residual": float_to_json(self.residual),
             "max_abs": float_to_json(self.max_abs),
             "cosine": float_to_json(self.cosine),
             "snr_db": float_to_json(self.snr_db),
@@ -198,6 +234,7 @@ class StepComparison:
             "threshold": float_to_json(self.threshold),
             "diverged": self.diverged,
             "rank_errors": [float_to_json(e) for e in self.rank_errors],
+            "rank_errors_a": [float_to_json(e) for e in self.rank_errors_a],
             "shape_a": list(self.shape_a),
             "shape_b": list(self.shape_b),
         }
@@ -210,22 +247,37 @@ class StepComparison:
             value = float_from_json(data.get(key), f"step {step}: {key}")
             return math.nan if value is None else value
 
+        def errors(key: str) -> tuple[float, ...]:
+            return tuple(
+                math.nan if (v := float_from_json(e, f"step {step}: {key}")) is None else v for e in data.get(key, ())
+            )
+
+        status, diverged = StepStatus(data["status"]), bool(data.get("diverged", False))
+        threshold = float_from_json(data.get("threshold"), f"step {step}: threshold")
+        verdict = data.get("verdict")
+        if "verdict" not in data and status is StepStatus.COMPARED:  # schema 1: judged on rel_err, inputs assumed equal
+            verdict = (
+                StepVerdict.DIVERGED if diverged else StepVerdict.AGREES if threshold is not None else StepVerdict.UNJUDGED
+            )
+        untestable = data.get("untestable")
         return cls(
             step=step,
-            status=StepStatus(data["status"]),
+            status=status,
             rel_err=number("rel_err"),
             max_abs=number("max_abs"),
             cosine=number("cosine"),
             snr_db=number("snr_db"),
             floor=float_from_json(data.get("floor"), f"step {step}: floor"),
-            threshold=float_from_json(data.get("threshold"), f"step {step}: threshold"),
-            diverged=bool(data.get("diverged", False)),
-            rank_errors=tuple(
-                math.nan if (v := float_from_json(e, f"step {step}: rank_errors")) is None else v
-                for e in data.get("rank_errors", ())
-            ),
+            threshold=threshold,
+            diverged=diverged,
+            rank_errors=errors("rank_errors"),
             shape_a=tuple(data.get("shape_a", ())),
             shape_b=tuple(data.get("shape_b", ())),
+            verdict=None if verdict is None else StepVerdict(verdict),
+            inherited=float_from_json(data.get("inherited"), f"step {step}: inherited"),
+            residual=number("residual") if "residual" in data else number("rel_err"),
+            rank_errors_a=errors("rank_errors_a"),
+            untestable=None if untestable is None else Untestable(untestable),
         )
 
 
@@ -264,10 +316,32 @@ class CaptureDiff:
     steps: tuple[StepComparison, ...] = ()
     floor_source: str | None = None  # what the noise floor was computed from; None: no floor
     notes: tuple[str, ...] = field(default_factory=tuple)
+    truth: Truth = Truth(TruthSource.UNRECORDED)
+    layer_input: InputDifference | None = None
+
+    @property
+    def baseline(self) -> CaptureSide:
+        """The side b is judged against (a, by convention: the first argument, or the reference run)."""
+        return self.a
 
     @property
     def diverged_steps(self) -> list[str]:
         return [s.step for s in self.steps if s.diverged]
+
+    @property
+    def untested_steps(self) -> list[StepComparison]:
+        """Steps present on both sides that were not judged: untestable, or compared without a verdict."""
+        return [
+            s
+            for s in self.steps
+            if s.status is StepStatus.UNTESTABLE or (s.status is StepStatus.COMPARED and s.verdict is StepVerdict.UNJUDGED)
+        ]
+
+    @property
+    def suspects(self) -> list[tuple[str, RankLayout]]:
+        """(weight, rank) pairs whose bytes are not the base's - against a checkpoint or a decided side,
+        so they name the side and rank at fault; under OTHER_SIDE both sides' differing ranks appear."""
+        return [(w.name, r) for w in self.weights for r in w.ranks if r.relation is not ByteRelation.SAME]
 
     @property
     def first_divergent(self) -> StepComparison | None:
@@ -295,7 +369,8 @@ class CaptureDiff:
 
     @property
     def table(self):
-        """pandas DataFrame, one row per step: errors, yardsticks, divergence, b's per-rank errors."""
+        """pandas DataFrame, one row per step: errors (as they are, inherited, residual), yardsticks,
+        verdict, a's (a_rank<r>) and b's (rank<r>) per-rank residuals."""
         import pandas as pd  # here: the package works without pandas
 
         rows = [
@@ -303,12 +378,16 @@ class CaptureDiff:
                 "step": s.step,
                 "status": s.status.value,
                 "rel_err": s.rel_err,
+                "inherited": s.inherited,
+                "residual": s.residual,
                 "max_abs": s.max_abs,
                 "cosine": s.cosine,
                 "snr_db": s.snr_db,
                 "floor": s.floor,
                 "threshold": s.threshold,
+                "verdict": None if s.verdict is None else s.verdict.value,
                 "diverged": s.diverged,
+                **{f"a_rank{r}": e for r, e in enumerate(s.rank_errors_a)},
                 **{f"rank{r}": e for r, e in enumerate(s.rank_errors)},
             }
             for s in self.steps
@@ -345,6 +424,8 @@ class CaptureDiff:
             "a": self.a.to_dict(),
             "b": self.b.to_dict(),
             "base": self.base.value,
+            "truth": self.truth.to_dict(),
+            "layer_input": None if self.layer_input is None else self.layer_input.to_dict(),
             "floor_source": self.floor_source,
             "notes": list(self.notes),
             "weights": [w.to_dict() for w in self.weights],
@@ -353,9 +434,10 @@ class CaptureDiff:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaptureDiff:
-        if data.get("kind") != KIND or data.get("schema") != SCHEMA:
+        if data.get("kind") != KIND or data.get("schema") not in READABLE_SCHEMAS:
             raise ValueError(
-                f"not a capture diff of schema {SCHEMA}: kind {data.get('kind')!r}, schema {data.get('schema')!r}"
+                f"not a capture diff of schema {'/'.join(map(str, READABLE_SCHEMAS))}: kind {data.get('kind')!r}, "
+                f"schema {data.get('schema')!r}"
             )
         return cls(
             a=CaptureSide.from_dict(data["a"]),
@@ -365,6 +447,8 @@ class CaptureDiff:
             steps=tuple(StepComparison.from_dict(s) for s in data.get("steps", ())),
             floor_source=data.get("floor_source"),
             notes=tuple(data.get("notes", ())),
+            truth=Truth.from_dict(data.get("truth")),
+            layer_input=InputDifference.from_dict(data.get("layer_input")),
         )
 
     def to_json(self, path: str | os.PathLike) -> Path:
@@ -474,30 +558,57 @@ def _comparable(relations: list[RankLayout]) -> bool:
     return all(r.relation not in (ByteRelation.VALUE, ByteRelation.SHAPE) for r in relations)
 
 
+def _relaid(capture: Capture, name: str) -> bool:
+    """Whether the engine marked this weight's bytes as re-laid out after loading, on any rank."""
+    return any(rank.tensors[name].attrs.get(a) is True for rank in capture.ranks for a in RELAID_ATTRS)
+
+
+def _shuffle_count(ranks: list[RankLayout]) -> int:
+    """The most shuffles any rank is from the base (per rank, so the side with more ranks weighs no more)."""
+    return max((r.shuffles % r.period if r.period else r.shuffles for r in ranks if r.relation is ByteRelation.SHUFFLED), default=0)
+
+
+def _same_bytes(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return x.shape == y.shape and x.dtype == y.dtype and torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8))
+
+
 def diff_weight(name: str, a: Capture, b: Capture, ckpt: Checkpoint | None) -> WeightDiff:
-    """One weight of both sides against the checkpoint, or (without it) against a side's gathered bytes."""
+    """One weight of both sides against the checkpoint, or (without it) against the base chosen the same
+    way whatever the argument order (see the module docstring)."""
     role = a.ranks[0].tensors[name].role
     full = checkpoint_tensor(ckpt, name) if ckpt is not None else None
     if full is not None:
         ranks = _relate_side(name, role, "a", a, full) + _relate_side(name, role, "b", b, full)
         return WeightDiff(name, role, LayoutBase.CHECKPOINT, tuple(ranks), _difference(ranks))
-    attempts = []
-    for base, own, other, other_side in ((LayoutBase.SIDE_A, a, b, "b"), (LayoutBase.SIDE_B, b, a, "a")):
+    sides = {"a": a, "b": b}
+    held: dict[str, torch.Tensor] = {}
+    for side, capture in sides.items():
         try:
-            full = own.gathered(name)
+            held[side] = capture.gathered(name)
         except (ValueError, KeyError):
             continue
-        own_ranks = _relate_side(name, role, base.value, own, full)
-        other_ranks = _relate_side(name, role, other_side, other, full)
-        ranks = sorted(own_ranks + other_ranks, key=lambda r: (r.side, r.rank))
-        attempts.append((base, ranks))
-        if _comparable(other_ranks):
-            return WeightDiff(name, role, base, tuple(ranks), _difference(ranks))
-    if not attempts:
-        ranks = [RankLayout(s, r.rank, ByteRelation.SHAPE) for s, c in (("a", a), ("b", b)) for r in c.ranks]
-        return WeightDiff(name, role, LayoutBase.SIDE_A, tuple(ranks), Difference.VALUE)
-    base, ranks = attempts[0]
-    return WeightDiff(name, role, base, tuple(ranks), Difference.VALUE)
+    if not held:
+        ranks = [RankLayout(s, r.rank, ByteRelation.SHAPE) for s, c in sides.items() for r in c.ranks]
+        return WeightDiff(name, role, LayoutBase.OTHER_SIDE, tuple(ranks), Difference.VALUE)
+    if len(held) == 2 and _same_bytes(held["a"], held["b"]):
+        held.pop("b")  # the sides hold the same bytes: either is the base, and the relations are the same
+    attempts = []
+    for side, base_bytes in held.items():
+        ranks = sorted(
+            _relate_side(name, role, "a", a, base_bytes) + _relate_side(name, role, "b", b, base_bytes),
+            key=lambda r: (r.side, r.rank),
+        )
+        # Better bases first: every rank relates to it by a layout; its bytes not marked re-laid; fewer shuffles.
+        score = (not _comparable(ranks), _relaid(sides[side], name), _shuffle_count(ranks))
+        attempts.append((score, LayoutBase(side), ranks))
+    attempts.sort(key=lambda item: item[0])
+    if len(attempts) == 1 or attempts[0][0] < attempts[1][0]:
+        _, base, ranks = attempts[0]
+        return WeightDiff(name, role, base, tuple(ranks), _difference(ranks))
+    # Nothing tells which side holds the checkpoint's bytes: each side is described against the other's.
+    ranks = _relate_side(name, role, "a", a, held["b"]) + _relate_side(name, role, "b", b, held["a"])
+    differ = Difference.LAYOUT if _comparable(ranks) else Difference.VALUE
+    return WeightDiff(name, role, LayoutBase.OTHER_SIDE, tuple(ranks), differ)
 
 
 # -- steps -------------------------------------------------------------------------------------------
@@ -521,29 +632,60 @@ def floor_key(output_name: str, tensor: CapturedTensor, floor: dict[str, float] 
     judged as the all-reduce."""
     if output_name == "layer.output":
         return LAYER_OUTPUT_STEP
+    if output_name == "attention.output" and floor is not None and "absorb_uv" in floor:
+        return "absorb_uv"  # the absorbed program: an engine's attention op returns W_UV's V-space rows
     op = step_name(output_name)
     if floor is None or op in floor or tensor.step is None:
         return op
     return tensor.step
 
 
-def _rank_errors(out_a: torch.Tensor, out_b: torch.Tensor, part: CapturedTensor, tp_size: int) -> tuple[float, ...]:
+def _rank_errors(baseline: torch.Tensor, out: torch.Tensor, part: CapturedTensor, tp_size: int) -> tuple[float, ...]:
+    """Per-rank slices of rel_l2(out, baseline) along the rank's shard dim (a column-parallel output)."""
     if part.shard is not Shard.SPLIT or tp_size == 1:
         return ()
-    dim = part.shard_dim % out_b.dim()
-    if out_b.shape[dim] % tp_size:
+    dim = part.shard_dim % out.dim()
+    if out.shape[dim] % tp_size:
         return ()
-    return tuple(rel_l2(x, y) for x, y in zip(out_b.chunk(tp_size, dim), out_a.chunk(tp_size, dim)))
+    return tuple(rel_l2(x, y) for x, y in zip(out.chunk(tp_size, dim), baseline.chunk(tp_size, dim)))
 
 
-def compare_step(output_name: str, a: Capture, b: Capture, floor: dict[str, float] | None) -> StepComparison:
+# What a step inherits from the layer inputs when they are the same bytes: nothing.
+NO_INPUT_DIFFERENCE = "no input difference"
+
+
+def compare_step(
+    output_name: str,
+    a: Capture,
+    b: Capture,
+    floor: dict[str, float] | None,
+    delta: torch.Tensor | str | None = NO_INPUT_DIFFERENCE,
+) -> StepComparison:
+    """b's output against a's, judged on the residual: against a's output moved by `delta`, the change the
+    layer inputs' difference alone makes (NO_INPUT_DIFFERENCE when the inputs are the same bytes; None
+    when it could not be propagated: the step is then UNJUDGED unless non-finite)."""
     step = step_name(output_name)
     out_a, out_b = a.gathered(output_name), b.gathered(output_name)
     if out_a.shape != out_b.shape:
         return StepComparison(step, StepStatus.SHAPE_DIFFERS, shape_a=tuple(out_a.shape), shape_b=tuple(out_b.shape))
     key = floor_key(output_name, b.ranks[0].tensors[output_name], floor)
-    verdict = step_verdict(StepRecord(key, out_b), _Records({key: StepRecord(key, out_a)}), floor)
-    err, step_floor, limit, diverged = verdict
+    raw = step_verdict(StepRecord(key, out_b), _Records({key: StepRecord(key, out_a)}), floor)
+    err, step_floor, limit, raw_diverged = raw
+    inherited, shifted = 0.0, out_a
+    if delta is None:
+        verdict = StepVerdict.DIVERGED if not math.isfinite(err) else StepVerdict.UNJUDGED
+        residual, diverged, inherited = math.nan, verdict is StepVerdict.DIVERGED, None
+    else:
+        if isinstance(delta, torch.Tensor):
+            shifted = out_a.to(torch.float32) + delta
+            inherited = rel_l2(shifted, out_a.to(torch.float32))
+        residual, _, _, diverged = step_verdict(StepRecord(key, out_b), _Records({key: StepRecord(key, shifted)}), floor)
+        if diverged:
+            verdict = StepVerdict.DIVERGED
+        elif limit is None:
+            verdict = StepVerdict.UNJUDGED
+        else:
+            verdict = StepVerdict.INHERITED if err > limit else StepVerdict.AGREES
     return StepComparison(
         step=step,
         status=StepStatus.COMPARED,
@@ -554,9 +696,13 @@ def compare_step(output_name: str, a: Capture, b: Capture, floor: dict[str, floa
         floor=step_floor,
         threshold=limit,
         diverged=diverged,
-        rank_errors=_rank_errors(out_a, out_b, b.ranks[0].tensors[output_name], b.tp_size),
+        rank_errors=_rank_errors(shifted, out_b, b.ranks[0].tensors[output_name], b.tp_size),
         shape_a=tuple(out_a.shape),
         shape_b=tuple(out_b.shape),
+        verdict=verdict,
+        inherited=inherited,
+        residual=residual,
+        rank_errors_a=_rank_errors(shifted, out_b, a.ranks[0].tensors[output_name], a.tp_size),
     )
 
 
@@ -578,26 +724,106 @@ def check_comparable(a: Capture, b: Capture) -> None:
         )
 
 
-def known_checkpoint(a: Capture, b: Capture, checkpoint: Checkpoint | None) -> Checkpoint | None:
-    """The checkpoint given, else one a side holds in checkpoint layout (a's first), else None."""
+def own_checkpoint(capture: Capture) -> Checkpoint | None:
+    """The capture's weights as a checkpoint when it holds them in checkpoint layout, else None."""
+    try:
+        return capture.checkpoint()
+    except (ValueError, KeyError):
+        return None
+
+
+def decide_truth(
+    a: Capture, b: Capture, checkpoint: Checkpoint | None, weights: tuple[WeightDiff, ...]
+) -> tuple[Truth, list[Checkpoint]]:
+    """The truth of a diff and the checkpoints it may be read from: the one given; else the sides' own
+    when they agree or the weight forensics (`diff_weight`) decided for one side; else none decided -
+    both sides' checkpoints, the weights in dispute named. A side's own checkpoint is built only when
+    needed (it gathers every weight)."""
     if checkpoint is not None:
-        return checkpoint
-    for side in (a, b):
-        try:
-            return side.checkpoint()
-        except (ValueError, KeyError):
-            continue
-    return None
-
-
-def _floor(a: Capture, b: Capture, ckpt: Checkpoint) -> dict[str, float]:
-    from .reference import capture_floor
-
-    return capture_floor(a, ckpt, tuple(sorted({a.tp_size, b.tp_size})))
+        return Truth(TruthSource.CHECKPOINT), [checkpoint]
+    sides = {"a": a, "b": b}
+    differing = [w for w in weights if w.difference is not Difference.NONE]
+    disputed = tuple(w.name for w in differing if w.base is LayoutBase.OTHER_SIDE)
+    bases = {w.base.value for w in differing}
+    if not disputed and len(bases) == 1:
+        side = next(iter(bases))
+        own = own_checkpoint(sides[side])
+        if own is not None:
+            return Truth(TruthSource(side)), [own]
+    elif not differing:
+        # The same bytes on both sides (or one side without weights): either side's, when in checkpoint layout.
+        for side in ("a", "b"):
+            own = own_checkpoint(sides[side])
+            if own is not None:
+                other = sides["b" if side == "a" else "a"]
+                # The other side holds the same bytes: in checkpoint layout too unless its engine marked them re-laid.
+                agree = bool(weights) and not any(_relaid(other, w.name) for w in weights)
+                return Truth(TruthSource.SIDES_AGREE if agree else TruthSource(side)), [own]
+        return Truth(TruthSource.NONE), []
+    held = [c for c in (own_checkpoint(a), own_checkpoint(b)) if c is not None]
+    if not held:
+        return Truth(TruthSource.NONE), []
+    return Truth(TruthSource.UNDECIDED, disputed or tuple(w.name for w in differing)), held
 
 
 def _outputs(capture: Capture) -> list[str]:
     return [n for n in capture.names(TensorRole.OUTPUT)]
+
+
+def _untestable_keyed(capture: Capture) -> Untestable | None:
+    """Why the reference cannot compute this capture's steps from attention on (None: it can)."""
+    from .reference import reference_inputs
+
+    return reference_inputs(capture).untestable
+
+
+def _yardsticks(
+    a: Capture, b: Capture, inputs: InputDifference, truths: list[Checkpoint], need_floor: bool = True
+) -> tuple[dict[str, float] | None, dict[str, torch.Tensor | str | None]]:
+    """The noise floor (from each candidate truth, the larger per step: symmetric in the sides; None when
+    not `need_floor`) and, per output name, what b inherits from its layer input's difference to a's (see
+    compare_step). Each truth's dequantized twin and its run on a's inputs serve both."""
+    from ..verdict.floor import dense_twin
+    from .reference import KEYED_OUTPUTS, capture_floor, truth_run
+
+    propagate = not (inputs.identical and inputs.context_identical)
+    floors, deltas = [], {}
+    for ckpt in truths if need_floor or (propagate and len(truths) == 1) else ():
+        dense = dense_twin(ckpt)
+        truth_a = truth_run(a, dense)
+        if propagate and len(truths) == 1:
+            deltas = dict(inherited_deltas(a, b, ckpt, dense, truth_a))
+        del dense  # before the reference runs: the dequantized twin is the largest thing held
+        if need_floor:
+            floors.append(capture_floor(a, ckpt, tuple(sorted({a.tp_size, b.tp_size})), truth=truth_a))
+        del truth_a
+    floor = {step: max(f.get(step, 0.0) for f in floors) for step in floors[0]} if floors else None
+    if not propagate:
+        return floor, {}  # every step: NO_INPUT_DIFFERENCE
+    if _untestable_keyed(a) or _untestable_keyed(b):
+        deltas.update({name: None for name in KEYED_OUTPUTS})  # the truth lacked keys: its attention is not the engines'
+    # Without one decided truth there is nothing to propagate the difference through: those steps are unjudged.
+    return floor, {name: deltas.get(name) for name in _outputs(a)}
+
+
+def _steps(
+    a: Capture, b: Capture, floor: dict[str, float] | None, deltas: dict, keyed_untestable: Untestable | None
+) -> tuple[StepComparison, ...]:
+    from .reference import KEYED_OUTPUTS
+
+    outputs_a, outputs_b = _outputs(a), set(_outputs(b))
+    steps = []
+    for name in outputs_a:
+        if name not in outputs_b:
+            steps.append(StepComparison(step_name(name), StepStatus.ONLY_IN_A))
+        elif keyed_untestable is not None and name in KEYED_OUTPUTS:
+            steps.append(StepComparison(step_name(name), StepStatus.UNTESTABLE, untestable=keyed_untestable))
+        elif Shard.PER_RANK in {c.ranks[0].tensors[name].shard for c in (a, b)} and max(a.tp_size, b.tp_size) > 1:
+            steps.append(StepComparison(step_name(name), StepStatus.UNTESTABLE, untestable=Untestable.PER_RANK_ONLY))
+        else:
+            steps.append(compare_step(name, a, b, floor, deltas.get(name, NO_INPUT_DIFFERENCE)))
+    steps += [StepComparison(step_name(n), StepStatus.ONLY_IN_B) for n in _outputs(b) if n not in set(outputs_a)]
+    return tuple(steps)
 
 
 def diff_captures(
@@ -608,20 +834,23 @@ def diff_captures(
     reference: bool = False,
     floor: dict[str, float] | None = None,
 ) -> CaptureDiff:
-    """Diff capture `b` against capture `a` (see the module docstring).
+    """Diff capture `b` against capture `a`, the baseline (see the module docstring).
 
-    `checkpoint` is the layer's weights when neither capture holds them in checkpoint layout; it makes
-    shuffle counts absolute and gives the noise floor. ``reference=True`` (without `b`) diffs `a`
-    against mla_debug's reference run of that checkpoint on a's inputs (then the reference is side a).
-    `floor` overrides the computed noise floor (per mla_debug step name).
+    `checkpoint` is the layer's weights as the engine loaded them: the truth that makes shuffle counts
+    absolute, gives the noise floor and propagates the layer inputs' difference. Without it the sides'
+    own weights are used when they agree or one side's are decidedly the plain ones (`CaptureDiff.truth`
+    says which); otherwise the truth is UNDECIDED and no input difference is propagated.
+    ``reference=True`` (without `b`) diffs `a` against mla_debug's reference run of that checkpoint on a's
+    inputs (then the reference is side a). `floor` overrides the computed noise floor (per mla_debug step).
 
     >>> diff = md.diff_captures(md.load_capture("tp2"), md.load_capture("tp4"))
-    >>> diff.diverged_steps, [w.name for w in diff.layout_differences]
+    >>> diff.diverged_steps, [w.name for w in diff.layout_differences], diff.truth.source
     """
+    keyed_untestable = None
     if reference:
         if b is not None:
             raise ValueError("diff_captures: pass either b or reference=True, not both")
-        ckpt = known_checkpoint(a, a, checkpoint)
+        ckpt = checkpoint if checkpoint is not None else own_checkpoint(a)
         if ckpt is None:
             raise ValueError(
                 "diff_captures(reference=True): the capture's weights are not in checkpoint layout; "
@@ -629,37 +858,40 @@ def diff_captures(
             )
         from .reference import reference_capture
 
+        truth = Truth(TruthSource.CHECKPOINT if checkpoint is not None else TruthSource.CAPTURE)
+        keyed_untestable = _untestable_keyed(a)
         a, b = reference_capture(a, ckpt), a
-        checkpoint = ckpt
+        truths = [ckpt]
+        weights = _weights(a, b, ckpt)
     elif b is None:
         raise ValueError("diff_captures: give a second capture b, or reference=True")
-    check_comparable(a, b)
-    ckpt = known_checkpoint(a, b, checkpoint)
-    notes: list[str] = []
-    floor_source = None
-    if floor is None and ckpt is not None:
-        floor = _floor(a, b, ckpt)
-        floor_source = (
-            f"reference run vs fp32 truth of {ckpt.source or 'the checkpoint'} at TP {sorted({a.tp_size, b.tp_size})}"
-        )
-    elif floor is not None:
-        floor_source = "given"
     else:
-        notes.append("no checkpoint: no noise floor, so only non-finite outputs count as diverged")
+        check_comparable(a, b)
+        weights = _weights(a, b, checkpoint)
+        truth, truths = decide_truth(a, b, checkpoint, weights)
+    inputs = input_difference(a, b)
+    computed, deltas = _yardsticks(a, b, inputs, truths, need_floor=floor is None)
+    floor_source = None
+    if floor is not None:
+        floor_source = "given"
+    elif computed is not None:
+        floor = computed
+        sources = " and ".join(ckpt.source or "the checkpoint" for ckpt in truths)
+        floor_source = f"reference run vs fp32 truth of {sources} at TP {sorted({a.tp_size, b.tp_size})}"
+    steps = _steps(a, b, floor, deltas, keyed_untestable)
+    base = LayoutBase.CHECKPOINT if truth.source is TruthSource.CHECKPOINT or reference else (
+        weights[0].base if weights else LayoutBase.OTHER_SIDE
+    )
+    return CaptureDiff(
+        CaptureSide.of(a), CaptureSide.of(b), base, weights, steps, floor_source, (), truth, inputs
+    )
+
+
+def _weights(a: Capture, b: Capture, ckpt: Checkpoint | None) -> tuple[WeightDiff, ...]:
     names_b = {n for n in b.names() if b.ranks[0].tensors[n].role in WEIGHT_ROLES}
-    weights = tuple(
+    return tuple(
         diff_weight(n, a, b, ckpt) for n in a.names() if a.ranks[0].tensors[n].role in WEIGHT_ROLES and n in names_b
     )
-    outputs_b = set(_outputs(b))
-    steps = []
-    for name in _outputs(a):
-        if name in outputs_b:
-            steps.append(compare_step(name, a, b, floor))
-        else:
-            steps.append(StepComparison(step_name(name), StepStatus.ONLY_IN_A))
-    steps += [StepComparison(step_name(n), StepStatus.ONLY_IN_B) for n in _outputs(b) if n not in set(_outputs(a))]
-    base = LayoutBase.CHECKPOINT if ckpt is not None else (weights[0].base if weights else LayoutBase.SIDE_A)
-    return CaptureDiff(CaptureSide.of(a), CaptureSide.of(b), base, weights, tuple(steps), floor_source, tuple(notes))
 
 
 def load_capture_diff(path: str | os.PathLike) -> CaptureDiff:

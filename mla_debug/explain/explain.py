@@ -5,15 +5,22 @@ a given `CaptureDiff`) and every derived weight the engine kept (W_UK, W_UV), th
 `explain.stories` are computed from the captured tensors of each rank and ranked by how well
 they reproduce what the engine produced (relative L2 error, the worst rank's):
 
-- EXPLAINED: a story reproduces the captured output within the step's tolerance and the correct
-  computation does not. Its kinds name the broken contracts; the ranking keeps every candidate with
-  its error, the evidence the story rests on.
-- CORRECT_FROM_INPUTS: the correct computation from the captured inputs reproduces the output: the
-  step did its job, and the divergence comes from an earlier step (or is no divergence at all).
+- EXPLAINED: on some rank a story reproduces the captured output within the step's tolerance and the
+  correct computation does not, and on every other rank the correct computation does. Its kinds name
+  the broken contracts, `story_ranks` the ranks (`explain.ranks`: stories are judged rank by rank); the
+  ranking keeps every candidate with its error, the evidence the story rests on.
+- CORRECT_FROM_INPUTS: the correct computation from the captured inputs reproduces the output on every
+  rank: the step did its job. Where it diverged, the divergence is in its input (`inherited_from`: the
+  layer input, or the step that produced it) or on the other side of the diff (`source`).
   A story that reproduces the output equally well (M == 1, 256-byte rows) is not preferred to it.
-- NO_STORY: nothing reproduces the output: no known layout story explains this step.
-- UNTESTABLE: the step is not one the stories recompute (rope, attention, the all-reduce), or the
-  capture lacks what they need (named in `missing`).
+- NO_STORY: nothing reproduces the output on some rank: no known layout story explains this step.
+- UNTESTABLE: the step is not one the stories recompute (rope, attention, the all-reduce), the capture
+  lacks what they need (named in `missing`), or the diff could not compare it; `untestable` says which.
+
+Every verdict rests on the weights taken as the checkpoint's (`CaptureExplanation.truth`, `explain.truth`): a checkpoint
+passed in, else the capture's own bytes - then `assumes_weights` marks each verdict that relies on them
+(a loader bug that wrote the wrong bytes looks correct against itself). Without a checkpoint and with a
+diff whose sides hold different weights, the explanation is refused (the weights in dispute are named).
 
 The tolerance of a step is its divergence threshold from the noise floor (`verdict`: max of
 DIVERGENCE_FACTOR x floor and MIN_THRESHOLD), or `tolerance` where no floor is known; that of a derived
@@ -25,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -38,17 +45,28 @@ from ..layouts import ScaleLayout
 from ..model import Checkpoint
 from ..model.norms import rms_norm
 from ..numerics import rel_l2
-from ..parallel.gather import sum_in_rank_order
 from .diff import (
     ByteRelation,
     CaptureDiff,
+    CaptureSide,
     RankLayout,
+    StepStatus,
+    StepVerdict,
     byte_relation,
     checkpoint_tensor,
     diff_captures,
-    known_checkpoint,
+    own_checkpoint,
 )
 from .format_stories import linear_format_candidates
+from .ranks import (
+    CORRECT,
+    Outcome,
+    RankOutcome,
+    judge_ranks,
+    judge_reduced,
+    reduced_hypotheses,
+    step_outcome,
+)
 from .stories import (
     Held,
     LinearOperands,
@@ -62,8 +80,11 @@ from .stories import (
     weight_values,
     written_act_order,
 )
+from .truth import Truth, TruthSource
+from .untestable import Untestable
 
-SCHEMA = 1
+SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)  # schema 1: before per-rank verdicts, the truth and typed untestable reasons
 KIND = "capture-explanation"
 # Where no noise floor gives a step its threshold: the error a recomputation in another accumulation
 # order and quant flavor stays under, far below what a misread operand gives (order 1).
@@ -84,13 +105,29 @@ STEP_NORMS = ("q_a_layernorm", "kv_a_layernorm")
 # The step whose unquantized output a pre-quantized input of this step was made from.
 PRODUCERS = {"q_b_proj": "q_a_layernorm", "kv_b_proj": "kv_a_layernorm", "o_proj": "attention"}
 DERIVED = {"W_UK": "absorb_uk", "W_UV": "absorb_uv"}
+LAYER_INPUT = "layer.input"
+# Where a step's input comes from: the first of these whose output the capture holds (engines that fuse
+# q_a and kv_a record fused_qkv_a; transformers records the two).
+INPUT_SOURCES = {
+    "fused_qkv_a": (LAYER_INPUT,),
+    "q_a_proj": (LAYER_INPUT,),
+    "kv_a_proj_with_mqa": (LAYER_INPUT,),
+    "q_a_layernorm": ("q_a_proj", "fused_qkv_a"),
+    "kv_a_layernorm": ("kv_a_proj_with_mqa", "fused_qkv_a"),
+    "q_b_proj": ("q_a_layernorm",),
+    "kv_b_proj": ("kv_a_layernorm",),
+    "o_proj": ("attention", "absorb_uv"),
+}
 
 
-class Outcome(str, Enum):
-    EXPLAINED = "explained"
-    CORRECT_FROM_INPUTS = "correct_from_inputs"
-    NO_STORY = "no_story"
-    UNTESTABLE = "untestable"
+class DivergenceSource(str, Enum):
+    """Where a step that is what its inputs give got its divergence from."""
+
+    LAYER_INPUT = "layer_input"  # its input is the layer's, and the two sides' layer inputs differ
+    EARLIER_STEP = "earlier_step"  # its input is an earlier step's output, which differs too (`inherited_from`)
+    OTHER_SIDE = "other_side"  # its input agrees with the other side's (up to the layer input's difference, taken
+    # away): the other side's step departs
+    UNKNOWN = "unknown"  # its input's producer was not compared (not captured, or not judged)
 
 
 @dataclass(frozen=True)
@@ -105,6 +142,7 @@ class Candidate:
     weight_unshuffles: int | None = None
     weight_scale: ScaleLayout | None = None
     act_scale: ScaleLayout | None = None
+    on_ranks: tuple[int, ...] = ()  # the TP ranks the reading was computed on (empty: every rank)
 
     @property
     def is_correct(self) -> bool:
@@ -119,6 +157,7 @@ class Candidate:
             "weight_unshuffles": self.weight_unshuffles,
             "weight_scale": None if self.weight_scale is None else self.weight_scale.value,
             "act_scale": None if self.act_scale is None else self.act_scale.value,
+            "on_ranks": list(self.on_ranks),
         }
 
     @classmethod
@@ -136,6 +175,7 @@ class Candidate:
             weight_unshuffles=data.get("weight_unshuffles"),
             weight_scale=None if ws is None else ScaleLayout(ws),
             act_scale=None if act is None else ScaleLayout(act),
+            on_ranks=tuple(int(r) for r in data.get("on_ranks", ())),
         )
 
 
@@ -143,9 +183,14 @@ class Candidate:
 class StepExplanation:
     """The stories tested on one step (or derived weight `tensor`), ranked best first.
 
-    `held` is the forensics of the bytes the step's weight holds on each rank against the checkpoint
-    (`capture_diff.RankLayout`); `act_scale_written` the byte order the activation scale was written
-    in (from the data); `observed_rel_err` the step's divergence in the diff that selected it.
+    `ranks` holds each TP rank's verdict (`ranks.RankOutcome`); `held` the forensics of the
+    bytes the step's weight holds on each rank against the checkpoint (`diff.RankLayout`);
+    `act_scale_written` the byte order the activation scale was written in (from the data);
+    `observed_rel_err` the step's divergence in the diff that selected it (`observed_verdict` its
+    verdict there). For a step that is what its inputs give and that diverged, `inherited_from` names
+    its input (the layer input or the producing step) and `source` where the divergence comes from.
+    `untestable` says why an UNTESTABLE step was not tested (`missing` the tensors it lacks, `detail`
+    more, as data); `assumes_weights` that the verdict rests on weights nobody vouched for.
     """
 
     step: str
@@ -157,15 +202,41 @@ class StepExplanation:
     act_scale_written: ScaleLayout | None = None
     observed_rel_err: float | None = None
     missing: tuple[str, ...] = ()
+    ranks: tuple[RankOutcome, ...] = ()
+    untestable: Untestable | None = None
+    detail: str = ""
+    observed_verdict: StepVerdict | None = None
+    inherited_from: str | None = None
+    source: DivergenceSource | None = None
+    assumes_weights: bool = False
 
     @property
     def best(self) -> Candidate | None:
         return self.candidates[0] if self.candidates else None
 
     @property
+    def story_ranks(self) -> tuple[int, ...]:
+        """The TP ranks whose output a story explains (empty unless EXPLAINED)."""
+        return tuple(r.rank for r in self.ranks if r.outcome is Outcome.EXPLAINED)
+
+    @property
     def story(self) -> tuple[StoryKind, ...]:
-        """The kinds of the explaining story; () unless EXPLAINED."""
-        return self.best.kinds if self.outcome is Outcome.EXPLAINED and self.best else ()
+        """The kinds of the explaining story (of the first rank it explains); () unless EXPLAINED."""
+        if self.outcome is not Outcome.EXPLAINED:
+            return ()
+        explained = next((r for r in self.ranks if r.outcome is Outcome.EXPLAINED), None)
+        if explained is not None:
+            return explained.kinds
+        return self.best.kinds if self.best else ()
+
+    @property
+    def stories_by_rank(self) -> dict[int, tuple[StoryKind, ...]]:
+        return {r.rank: r.kinds for r in self.ranks if r.outcome is Outcome.EXPLAINED}
+
+    @property
+    def failing_ranks(self) -> tuple[int, ...]:
+        """The TP ranks nothing explains (empty unless NO_STORY)."""
+        return tuple(r.rank for r in self.ranks if r.outcome is Outcome.NO_STORY)
 
     @property
     def correct(self) -> Candidate | None:
@@ -176,20 +247,31 @@ class StepExplanation:
             "step": self.step,
             "tensor": self.tensor,
             "outcome": self.outcome.value,
+            "untestable": None if self.untestable is None else self.untestable.value,
+            "detail": self.detail,
             "tolerance": float_to_json(self.tolerance),
             "observed_rel_err": float_to_json(self.observed_rel_err),
+            "observed_verdict": None if self.observed_verdict is None else self.observed_verdict.value,
+            "inherited_from": self.inherited_from,
+            "source": None if self.source is None else self.source.value,
+            "assumes_weights": self.assumes_weights,
             "act_scale_written": None if self.act_scale_written is None else self.act_scale_written.value,
             "held": [h.to_dict() for h in self.held],
             "missing": list(self.missing),
+            "ranks": [r.to_dict() for r in self.ranks],
             "candidates": [c.to_dict() for c in self.candidates],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepExplanation:
-        written = data.get("act_scale_written")
+        written, untestable = data.get("act_scale_written"), data.get("untestable")
+        verdict, source = data.get("observed_verdict"), data.get("source")
+        outcome = Outcome(data["outcome"])
+        if "untestable" not in data and outcome is Outcome.UNTESTABLE:  # schema 1
+            untestable = (Untestable.MISSING_TENSORS if data.get("missing") else Untestable.NOT_RECOMPUTED).value
         return cls(
             step=str(data["step"]),
-            outcome=Outcome(data["outcome"]),
+            outcome=outcome,
             candidates=tuple(Candidate.from_dict(c) for c in data.get("candidates", ())),
             tolerance=float_from_json(data.get("tolerance"), "tolerance"),
             tensor=data.get("tensor"),
@@ -197,6 +279,13 @@ class StepExplanation:
             act_scale_written=None if written is None else ScaleLayout(written),
             observed_rel_err=float_from_json(data.get("observed_rel_err"), "observed_rel_err"),
             missing=tuple(data.get("missing", ())),
+            ranks=tuple(RankOutcome.from_dict(r) for r in data.get("ranks", ())),
+            untestable=None if untestable is None else Untestable(untestable),
+            detail=str(data.get("detail", "")),
+            observed_verdict=None if verdict is None else StepVerdict(verdict),
+            inherited_from=data.get("inherited_from"),
+            source=None if source is None else DivergenceSource(source),
+            assumes_weights=bool(data.get("assumes_weights", False)),
         )
 
 
@@ -207,6 +296,7 @@ class CaptureExplanation:
     explanations: tuple[StepExplanation, ...]
     diff: CaptureDiff | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    truth: Truth = Truth(TruthSource.UNRECORDED)
 
     @property
     def stories(self) -> list[StepExplanation]:
@@ -217,6 +307,11 @@ class CaptureExplanation:
     def unexplained(self) -> list[StepExplanation]:
         return [e for e in self.explanations if e.outcome is Outcome.NO_STORY]
 
+    @property
+    def untested(self) -> list[StepExplanation]:
+        """The steps and derived weights that could not be tested: no summary may call them correct."""
+        return [e for e in self.explanations if e.outcome is Outcome.UNTESTABLE]
+
     def of(self, step: str) -> StepExplanation:
         for e in self.explanations:
             if e.step == step or e.tensor == step:
@@ -225,7 +320,8 @@ class CaptureExplanation:
 
     @property
     def table(self):
-        """pandas DataFrame, one row per candidate: step, outcome, rank, kinds, rel_err."""
+        """pandas DataFrame, one row per candidate: step, outcome, its place in the ranking (`rank`), kinds,
+        the TP ranks it was computed on (empty: every rank), rel_err."""
         import pandas as pd  # here: the package works without pandas
 
         rows = [
@@ -235,6 +331,7 @@ class CaptureExplanation:
                 "outcome": e.outcome.value,
                 "rank": c.rank,
                 "story": " + ".join(k.value for k in c.kinds),
+                "on_ranks": c.on_ranks,
                 "rel_err": c.rel_err,
                 "tolerance": e.tolerance,
             }
@@ -242,12 +339,14 @@ class CaptureExplanation:
             for c in (e.candidates or (None,))
             if c is not None
         ]
-        return pd.DataFrame(rows, columns=["step", "tensor", "outcome", "rank", "story", "rel_err", "tolerance"])
+        columns = ["step", "tensor", "outcome", "rank", "story", "on_ranks", "rel_err", "tolerance"]
+        return pd.DataFrame(rows, columns=columns)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": KIND,
             "schema": SCHEMA,
+            "truth": self.truth.to_dict(),
             "notes": list(self.notes),
             "explanations": [e.to_dict() for e in self.explanations],
             "diff": None if self.diff is None else self.diff.to_dict(),
@@ -255,15 +354,17 @@ class CaptureExplanation:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaptureExplanation:
-        if data.get("kind") != KIND or data.get("schema") != SCHEMA:
+        if data.get("kind") != KIND or data.get("schema") not in READABLE_SCHEMAS:
             raise ValueError(
-                f"not a capture explanation of schema {SCHEMA}: kind {data.get('kind')!r}, schema {data.get('schema')!r}"
+                f"not a capture explanation of schema {'/'.join(map(str, READABLE_SCHEMAS))}: kind {data.get('kind')!r}, "
+                f"schema {data.get('schema')!r}"
             )
         diff = data.get("diff")
         return cls(
             explanations=tuple(StepExplanation.from_dict(e) for e in data.get("explanations", ())),
             diff=None if diff is None else CaptureDiff.from_dict(diff),
             notes=tuple(data.get("notes", ())),
+            truth=Truth.from_dict(data.get("truth")),
         )
 
     def to_json(self, path: str | os.PathLike) -> Path:
@@ -325,32 +426,31 @@ def _held(layout: RankLayout | None, scale_layout: RankLayout | None, written: S
     return Held(shuffles, period, same, weight_scale, written)
 
 
-def _rank_candidates(results: dict[tuple, list[float]], keys: dict[tuple, tuple]) -> tuple[Candidate, ...]:
+def _rank_candidates(
+    errors: dict[tuple, dict[int, float]], keys: dict[tuple, tuple], ranks: list[int]
+) -> tuple[Candidate, ...]:
+    """Every reading ranked by its worst error over the ranks it was computed on (NaN where it was not)."""
     scored = []
-    for key, errors in results.items():
+    for key, per_rank in errors.items():
         kinds, reading = keys[key]
-        worst = max(errors) if errors else math.nan
-        scored.append((kinds, reading, worst, tuple(errors)))
+        values = [per_rank[r] for r in ranks if r in per_rank]
+        worst = max(values) if values else math.nan
+        on = () if len(per_rank) == len(ranks) else tuple(r for r in ranks if r in per_rank)
+        scored.append((kinds, reading, worst, tuple(per_rank.get(r, math.nan) for r in ranks), on))
     scored.sort(key=lambda s: (math.isnan(s[2]), s[2], len(s[0])))
     return tuple(
-        Candidate(i + 1, kinds, worst, errors, reading.weight_unshuffles, reading.weight_scale, reading.act_scale)
-        for i, (kinds, reading, worst, errors) in enumerate(scored)
+        Candidate(i + 1, kinds, worst, errs, reading.weight_unshuffles, reading.weight_scale, reading.act_scale, on)
+        for i, (kinds, reading, worst, errs, on) in enumerate(scored)
     )
 
 
-def judge(candidates: tuple[Candidate, ...], tolerance: float) -> Outcome:
-    """EXPLAINED, CORRECT_FROM_INPUTS or NO_STORY from ranked candidates (see the module docstring)."""
-    correct = next((c for c in candidates if c.is_correct), None)
-    if correct is not None and correct.rel_err <= tolerance:
-        return Outcome.CORRECT_FROM_INPUTS
-    best = candidates[0] if candidates else None
-    if best is None or not best.rel_err <= tolerance:
-        return Outcome.NO_STORY
-    return Outcome.EXPLAINED
+def _untestable(step: str, tolerance: float, reason: Untestable, missing: tuple[str, ...] = (), detail: str = ""):
+    return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=missing, untestable=reason, detail=detail)
 
 
 def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: float) -> StepExplanation:
-    """Rank every reading of one linear step's operands on every rank (see `capture_stories`)."""
+    """Rank every reading of one linear step's operands on every rank (see `stories`), and judge
+    each rank (`ranks`)."""
     module = STEP_LINEARS[step]
     names = (f"{step}.input", f"{step}.output")
     missing = tuple(n for n in names if n not in capture.ranks[0].tensors)
@@ -360,12 +460,11 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
     if _captured_weight(capture.ranks[0].tensors, module, ".weight") is None:
         missing += (f"{module}.weight",)
     if missing:
-        return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=missing)
+        return _untestable(step, tolerance, Untestable.MISSING_TENSORS, missing)
     dense_full = _dense(ckpt, module)
-    results: dict[tuple, list[float]] = {}
     keys: dict[tuple, tuple] = {}
-    outputs: dict[tuple, list[torch.Tensor]] = {}
-    observed: list[torch.Tensor] = []
+    outputs: dict[tuple, dict[int, torch.Tensor]] = {}
+    observed: dict[int, torch.Tensor] = {}
     held_all: list[RankLayout] = []
     written_all: set[ScaleLayout | None] = set()
     tp = capture.tp_size
@@ -393,11 +492,9 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
         x = t[f"{step}.input"].tensor
         out = t[f"{step}.output"].tensor
         if weight.element_size() == 1 and wscale is None:
-            return StepExplanation(
-                step, Outcome.UNTESTABLE, tolerance=tolerance, missing=(f"{module}.weight_scale_inv",)
-            )
+            return _untestable(step, tolerance, Untestable.MISSING_TENSORS, (f"{module}.weight_scale_inv",))
         if x.element_size() == 1 and act is None:
-            return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=(f"{step}.input_scale",))
+            return _untestable(step, tolerance, Untestable.MISSING_TENSORS, (f"{step}.input_scale",))
         rows = x.reshape(-1, x.shape[-1]).shape[0]
         scale_rows = None
         if act is not None and act.tensor.dim() == 2 and act.tensor.shape[0] != rows:
@@ -405,8 +502,8 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
             # scales) beside inputs kept for the chosen tokens: read whole, then compared at those rows.
             held_rows, kept = act.tensor.shape[0], tuple(capture.manifest.tokens)
             if len(kept) != rows or not kept or max(kept) >= held_rows:
-                missing = (f"{step}.input_scale of the {rows} kept tokens (it holds {held_rows} rows)",)
-                return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=missing)
+                detail = f"{step}.input_scale holds {held_rows} rows for {rows} kept tokens"
+                return _untestable(step, tolerance, Untestable.SCALE_ROWS, (f"{step}.input_scale",), detail)
             scale_rows = kept
         ops = LinearOperands(
             x=x.reshape(-1, x.shape[-1]),
@@ -424,36 +521,63 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
         )
         written_all.add(written)
         held = _held(layout, scale_layout, written)
-        observed.append(out.reshape(ops.x.shape[0], -1))
+        observed[rank.rank] = out.reshape(ops.x.shape[0], -1)
         for reading in linear_readings(ops, held):
-            kinds = reading_kinds(reading, held) or (StoryKind.CORRECT,)
+            kinds = reading_kinds(reading, held) or CORRECT
             key = (kinds, reading.weight_unshuffles, reading.weight_scale, reading.act_scale)
             keys[key] = (kinds, reading)
-            outputs.setdefault(key, []).append(compute_reading(ops, reading, held))
+            outputs.setdefault(key, {})[rank.rank] = compute_reading(ops, reading, held)
         if held.shuffles == 0:
-            # Scale representation stories (`capture_format_stories`) on the plain bytes.
+            # Scale representation stories (`explain.format_stories`) on the plain bytes.
             intended = (
                 None if scale_full is None else _shard(scale_full, t.get(f"{module}.weight_scale_inv"), tp, rank.rank)
             )
             for kinds, y in linear_format_candidates(ops, intended):
                 key = (kinds, "format")
                 keys[key] = (kinds, Reading())
-                outputs.setdefault(key, []).append(y)
-    reduced = _reduced_in_module(capture, step, module)
-    for key, per_rank in outputs.items():
-        if len(per_rank) != len(observed):
-            continue  # a story must hold on every rank
-        if reduced:
-            # The engine's module all-reduced its row-parallel output: compare the sum of the ranks' products.
-            total = sum_in_rank_order(per_rank).to(per_rank[0].dtype)
-            results[key] = [rel_l2(total, observed[0])]
-        else:
-            results[key] = [rel_l2(y, o) for y, o in zip(per_rank, observed)]
-    candidates = _rank_candidates(results, keys)
+                outputs.setdefault(key, {})[rank.rank] = y
+    ranks = sorted(observed)
+    if _reduced_in_module(capture, step, module):
+        # The engine's module all-reduced its row-parallel output: every rank holds the sum of the ranks'
+        # products, so hypotheses on that sum judge the ranks.
+        hypotheses = reduced_hypotheses(outputs, ranks, observed[ranks[0]])
+        verdicts = judge_reduced(hypotheses, ranks, tolerance)
+        errors = {h.key: {r: h.rel_err for r in ranks} for h in hypotheses if h.ranks is None}
+        candidates = _rank_candidates(errors, keys, ranks) + _single_rank_candidates(hypotheses, keys, ranks)
+        candidates = _renumbered(candidates)
+    else:
+        errors = {key: {r: rel_l2(y, observed[r]) for r, y in per_rank.items()} for key, per_rank in outputs.items()}
+        verdicts = judge_ranks(errors, ranks, tolerance)
+        candidates = _rank_candidates(errors, keys, ranks)
     written = next(iter(written_all)) if len(written_all) == 1 else None
     return StepExplanation(
-        step, judge(candidates, tolerance), candidates, tolerance, f"{module}.weight", tuple(held_all), written
+        step,
+        step_outcome(verdicts),
+        candidates,
+        tolerance,
+        f"{module}.weight",
+        tuple(held_all),
+        written,
+        ranks=verdicts,
     )
+
+
+def _single_rank_candidates(hypotheses, keys: dict[tuple, tuple], ranks: list[int]) -> tuple[Candidate, ...]:
+    """The one-rank hypotheses of an all-reduced output as candidates (on_ranks names the rank)."""
+    found = []
+    for h in hypotheses:
+        if h.ranks is None:
+            continue
+        kinds, reading = keys[h.key]
+        found.append(
+            Candidate(0, kinds, h.rel_err, (h.rel_err,), reading.weight_unshuffles, reading.weight_scale, reading.act_scale, h.ranks)
+        )
+    return tuple(found)
+
+
+def _renumbered(candidates: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
+    ordered = sorted(candidates, key=lambda c: (math.isnan(c.rel_err), c.rel_err, len(c.kinds)))
+    return tuple(replace(c, rank=i + 1) for i, c in enumerate(ordered))
 
 
 def _reduced_in_module(capture: Capture, step: str, module: str) -> bool:
@@ -483,20 +607,23 @@ def explain_norm(step: str, capture: Capture, ckpt: Checkpoint, tolerance: float
     names = (f"{step}.input", f"{step}.output")
     missing = tuple(n for n in names if n not in capture.ranks[0].tensors)
     if missing:
-        return StepExplanation(step, Outcome.UNTESTABLE, tolerance=tolerance, missing=missing)
-    errors = []
+        return _untestable(step, tolerance, Untestable.MISSING_TENSORS, missing)
+    errors: dict[int, float] = {}
     weight = ckpt.norm_weight(step)
     for rank in _ranks(capture):
         x, out = rank.tensors[names[0]].tensor, rank.tensors[names[1]].tensor
         expected = rms_norm(x.to(torch.float32), weight.to(torch.float32), ckpt.cfg.rms_norm_eps).to(out.dtype)
-        errors.append(rel_l2(expected, out))
-    candidate = Candidate(1, (StoryKind.CORRECT,), max(errors), tuple(errors))
-    return StepExplanation(step, judge((candidate,), tolerance), (candidate,), tolerance, f"{step}.weight")
+        errors[rank.rank] = rel_l2(expected, out)
+    ranks = sorted(errors)
+    key = (CORRECT,)
+    verdicts = judge_ranks({key: errors}, ranks, tolerance)
+    candidates = _rank_candidates({key: errors}, {key: (CORRECT, Reading())}, ranks)
+    return StepExplanation(step, step_outcome(verdicts), candidates, tolerance, f"{step}.weight", ranks=verdicts)
 
 
 def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplanation:
     """W_UK / W_UV as kept by the engine against their derivation from the checkpoint's kv_b_proj
-    values and from the captured kv_b_proj bytes read directly."""
+    values and from the captured kv_b_proj bytes read directly, rank by rank."""
     step = DERIVED[name]
     cfg = ckpt.cfg
     full = ckpt.tensors["kv_b_proj.weight"]
@@ -506,7 +633,7 @@ def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplan
     heads = cfg.num_heads // tp
     dtype_size = capture.ranks[0].tensors[name].tensor.element_size()
     tolerance = DERIVED_TOLERANCE.get(dtype_size, DERIVED_TOLERANCE[2])
-    results: dict[tuple, list[float]] = {}
+    errors: dict[tuple, dict[int, float]] = {}
     keys: dict[tuple, tuple] = {}
     held_all = []
     for rank in _ranks(capture):
@@ -516,9 +643,9 @@ def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplan
         correct = derived_from(
             _shard(dense_full, like, tp, rank.rank), heads, cfg.qk_nope_head_dim, cfg.v_head_dim, name
         )
-        key = ((StoryKind.CORRECT,), None)
-        keys[key] = ((StoryKind.CORRECT,), Reading())
-        results.setdefault(key, []).append(fitted_rel_err(observed, correct))
+        key = (CORRECT, None)
+        keys[key] = (CORRECT, Reading())
+        errors.setdefault(key, {})[rank.rank] = fitted_rel_err(observed, correct)
         if like is None:
             continue
         layout = byte_relation(
@@ -548,19 +675,82 @@ def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplan
             derived = derived_from(values, heads, cfg.qk_nope_head_dim, cfg.v_head_dim, name)
             key = (kinds, unshuffles)
             keys[key] = (kinds, reading)
-            results.setdefault(key, []).append(fitted_rel_err(observed, derived))
-    # A story must hold on every rank: drop candidates some rank could not compute.
-    complete = {k: v for k, v in results.items() if len(v) == len(capture.ranks)}
-    candidates = _rank_candidates(complete, keys)
-    return StepExplanation(step, judge(candidates, tolerance), candidates, tolerance, name, tuple(held_all))
+            errors.setdefault(key, {})[rank.rank] = fitted_rel_err(observed, derived)
+    ranks = [r.rank for r in _ranks(capture)]
+    verdicts = judge_ranks(errors, ranks, tolerance)
+    candidates = _rank_candidates(errors, keys, ranks)
+    return StepExplanation(step, step_outcome(verdicts), candidates, tolerance, name, tuple(held_all), ranks=verdicts)
 
 
-def _tolerance(diff: CaptureDiff | None, step: str, default: float) -> tuple[float, float | None]:
-    if diff is not None:
-        for s in diff.steps:
-            if s.step == step:
-                return (s.threshold if s.threshold is not None else default), s.rel_err
-    return default, None
+def _observed(diff: CaptureDiff | None, step: str):
+    """The diff's comparison of `step`, or None."""
+    if diff is None:
+        return None
+    return next((s for s in diff.steps if s.step == step), None)
+
+
+def _source(step: str, capture: Capture, diff: CaptureDiff | None, observed) -> tuple[str | None, DivergenceSource | None]:
+    """(the step's input, where its divergence comes from) for a step that is what its inputs give: the
+    layer input when the diff says the step differs only by what that input's difference explains; else
+    (diverged) its producer when that diverged too, the other side when its input agreed, unknown when
+    its input was not compared."""
+    held = capture.ranks[0].tensors
+    sources = INPUT_SOURCES.get(step, ())
+    inherited = next((s for s in sources if s == LAYER_INPUT or f"{s}.output" in held), sources[0] if sources else None)
+    if observed is None or observed.verdict not in (StepVerdict.INHERITED, StepVerdict.DIVERGED):
+        return inherited, None
+    if observed.verdict is StepVerdict.INHERITED:
+        return inherited, DivergenceSource.LAYER_INPUT
+    if inherited == LAYER_INPUT:
+        return inherited, DivergenceSource.OTHER_SIDE  # the layer input's own difference is already taken away
+    producer = _observed(diff, inherited)
+    if producer is None or producer.verdict in (None, StepVerdict.UNJUDGED):
+        return inherited, DivergenceSource.UNKNOWN
+    if producer.verdict is StepVerdict.DIVERGED:
+        return inherited, DivergenceSource.EARLIER_STEP
+    return inherited, DivergenceSource.OTHER_SIDE
+
+
+def _side_of(capture: Capture, diff: CaptureDiff) -> set[str]:
+    """Which sides of `diff` this capture may be (both when they look alike)."""
+    me = CaptureSide.of(capture)
+    return {side for side, other in (("a", diff.a), ("b", diff.b)) if other == me}
+
+
+def _truth(capture: Capture, checkpoint: Checkpoint | None, diff: CaptureDiff | None, truth: Truth | None):
+    """(the checkpoint to judge by, the truth it is) - see the module docstring; ValueError where the
+    result would depend on weights nothing decides between."""
+    if checkpoint is not None:
+        return checkpoint, truth or Truth(TruthSource.CHECKPOINT)
+    decided = diff.truth if diff is not None else None
+    if decided is not None and decided.source is TruthSource.UNDECIDED:
+        raise ValueError(
+            f"explain_capture: the diff's captures hold different {', '.join(decided.disputed)} and no checkpoint "
+            "says which are right; pass checkpoint= (the checkpoint the engine loaded)"
+        )
+    if decided is not None and decided.source in (TruthSource.SIDE_A, TruthSource.SIDE_B):
+        if _side_of(capture, diff) != {decided.source.value}:
+            raise ValueError(
+                f"explain_capture: the diff took side {decided.source.value}'s weights as the checkpoint's; pass "
+                "checkpoint= (that capture's .checkpoint(), or the checkpoint the engine loaded)"
+            )
+    ckpt = own_checkpoint(capture)
+    if ckpt is None:
+        raise ValueError(
+            "explain_capture: the capture's weights are not in checkpoint layout (an engine relaid them); "
+            "pass checkpoint= (the checkpoint the engine loaded, e.g. md.Checkpoint.load(path, layer=N))"
+        )
+    if truth is None:
+        agreed = decided is not None and decided.source in (TruthSource.SIDES_AGREE, TruthSource.SIDE_A, TruthSource.SIDE_B)
+        truth = decided if agreed else Truth(TruthSource.CAPTURE)
+    return ckpt, truth
+
+
+def _chosen(diff: CaptureDiff | None, steps: list[str] | None) -> list[str]:
+    """The steps to explain: those asked for, else the diff's diverged steps and those it could not judge."""
+    if steps is not None:
+        return list(steps)
+    return [s.step for s in diff.steps if s.diverged or s in diff.untested_steps]
 
 
 def explain_capture(
@@ -570,45 +760,52 @@ def explain_capture(
     diff: CaptureDiff | None = None,
     steps: list[str] | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
+    truth: Truth | None = None,
 ) -> CaptureExplanation:
     """Test the known layout stories on `capture` and rank them (see the module docstring).
 
     `checkpoint` holds the layer's weights as the engine loaded them (default: the capture's own, when
-    it holds them in checkpoint layout). The steps explained are those that diverge in `diff` (whose
-    side b must be this capture; default: the diff against mla_debug's reference run), or `steps`.
+    it holds them in checkpoint layout - then every verdict assumes them right, `CaptureExplanation.
+    truth`). The steps explained are those that diverge in `diff` or that it could not judge (this
+    capture is one of its sides; default: the diff against mla_debug's reference run), or `steps`.
+    `truth` names where a `checkpoint` passed in comes from when it is not the engine's (a capture's).
 
     >>> explanation = md.explain_capture(md.load_capture("tp4"), checkpoint=md.load_capture("tp2").checkpoint())
-    >>> [(e.step, e.story) for e in explanation.stories]
+    >>> [(e.step, e.story, e.story_ranks) for e in explanation.stories]
     """
-    ckpt = known_checkpoint(capture, capture, checkpoint)
-    if ckpt is None:
-        raise ValueError(
-            "explain_capture: the capture's weights are not in checkpoint layout (an engine relaid them); "
-            "pass checkpoint= (the checkpoint the engine loaded, e.g. md.Checkpoint.load(path, layer=N))"
-        )
+    ckpt, truth = _truth(capture, checkpoint, diff, truth)
     if diff is None and steps is None:
-        diff = diff_captures(capture, reference=True, checkpoint=ckpt)
-    chosen = list(steps) if steps is not None else diff.diverged_steps
+        # The reference run is of the weights judged by, whatever they are: the diff says the same truth.
+        diff = replace(diff_captures(capture, reference=True, checkpoint=ckpt), truth=truth)
     explanations = []
-    for step in chosen:
-        limit, observed = _tolerance(diff, step, tolerance)
-        if step in STEP_LINEARS:
+    for step in _chosen(diff, steps):
+        observed = _observed(diff, step)
+        limit = observed.threshold if observed is not None and observed.threshold is not None else tolerance
+        if observed is not None and observed.status is StepStatus.UNTESTABLE and step not in STEP_LINEARS and step not in STEP_NORMS:
+            found = _untestable(step, limit, observed.untestable)
+        elif step in STEP_LINEARS:
             found = explain_linear(step, capture, ckpt, limit)
         elif step in STEP_NORMS:
             found = explain_norm(step, capture, ckpt, limit)
         else:
-            found = StepExplanation(step, Outcome.UNTESTABLE, tolerance=limit)
-        explanations.append(_with_observed(found, observed))
+            found = _untestable(step, limit, Untestable.NOT_RECOMPUTED)
+        explanations.append(_with_observed(found, observed, capture, diff, truth))
     for name in DERIVED:
-        if name in capture.ranks[0].tensors and DERIVED[name] not in chosen:
-            explanations.append(explain_derived(name, capture, ckpt))
-    return CaptureExplanation(tuple(explanations), diff)
+        if name in capture.ranks[0].tensors and DERIVED[name] not in _chosen(diff, steps):
+            explanations.append(_with_observed(explain_derived(name, capture, ckpt), None, capture, diff, truth))
+    return CaptureExplanation(tuple(explanations), diff, truth=truth)
 
 
-def _with_observed(found: StepExplanation, observed: float | None) -> StepExplanation:
-    from dataclasses import replace
-
-    return replace(found, observed_rel_err=observed)
+def _with_observed(found: StepExplanation, observed, capture: Capture, diff: CaptureDiff | None, truth: Truth):
+    """The explanation with what the diff saw of the step, where its divergence comes from, and whether
+    the verdict rests on weights nobody vouched for."""
+    changes: dict[str, Any] = {"assumes_weights": truth.assumed and found.outcome is not Outcome.UNTESTABLE}
+    if observed is not None and observed.status is StepStatus.COMPARED:
+        changes.update(observed_rel_err=observed.rel_err, observed_verdict=observed.verdict)
+    if found.outcome is Outcome.CORRECT_FROM_INPUTS and found.tensor not in DERIVED:
+        inherited, source = _source(found.step, capture, diff, observed)
+        changes.update(inherited_from=inherited, source=source)
+    return replace(found, **changes)
 
 
 def load_capture_explanation(path: str | os.PathLike) -> CaptureExplanation:

@@ -10,20 +10,110 @@ and an engine's capture then compare the same way, with one code path (`explain.
 `reference_capture` runs the scenario "reference" (torch-reference kernel, correct layouts) at the
 capture's TP size on the capture's own layer input and positions. `capture_floor` is the noise floor
 of `verdict` for those inputs: per step, the error of the reference against the fp32 truth.
+`truth_capture` is that truth (the checkpoint dequantized, fp32, TP1) as a Capture: what a diff of two
+captures whose layer inputs differ propagates the difference through.
+
+Every run sees the keys the capture's rows attended to (`reference_inputs`): the kept rows after the
+rows of ``context.input`` (the call's rows left out and a KV cache's earlier rows, capture.context), and
+keeps the kept rows' outputs. When the capture lacks some of those keys, or its rows mix sequences, the
+steps from attention on cannot be computed for it (`KEYED_STEPS`, with the `Untestable` reason). The
+program run is the one the engine ran (`program`): the naive one wherever kv_b_proj ran on the call's
+rows (a prefill, or transformers' decode), the absorbed one for a decode call without it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 
 from ..capture import Capture, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Shard, TensorRole
+from ..capture.context import CONTEXT_INPUT, CONTEXT_POSITIONS
 from ..model import Checkpoint
 from ..model.records import CONCAT, PARTIAL
 from ..parallel import run_layer
 from ..parallel.sharding import COLUMN, ROW, linear_specs, norm_names
 from ..verdict.floor import dense_twin, step_floor
+from .untestable import Untestable
 
 REFERENCE_ENGINE = "mla_debug-reference"
+TRUTH_ENGINE = "mla_debug-truth"
+# mla_debug steps whose output for a row depends on other rows' keys, and the capture names of their outputs.
+KEYED_STEPS = ("attention", "absorb_uv", "o_proj", "all_reduce")
+KEYED_OUTPUTS = ("attention.output", "absorb_uv.output", "o_proj.output", "layer.output")
+
+
+@dataclass(frozen=True)
+class ReferenceInputs:
+    """What a reference run of a capture is given: the context rows, then the kept rows (the last `kept`
+    of `hidden`), with their positions; `untestable` says why the kept rows' keys are not all there
+    (None: they are), `missing` the key positions the capture lacks."""
+
+    hidden: torch.Tensor
+    positions: torch.Tensor
+    kept: int
+    untestable: Untestable | None = None
+    missing: tuple[int, ...] = ()
+
+
+def _context(capture: Capture) -> tuple[torch.Tensor | None, list[int]]:
+    if CONTEXT_INPUT not in capture.ranks[0].tensors:
+        return None, []
+    return capture.gathered(CONTEXT_INPUT), capture.gathered(CONTEXT_POSITIONS).tolist()
+
+
+def reference_inputs(capture: Capture) -> ReferenceInputs:
+    """The capture's kept rows and the context rows their keys come from (see the module docstring).
+
+    The keys a kept row needs are the manifest's `key_positions`; a capture that does not record them is
+    taken at its word when it says prefill (its rows are the call's) and read as needing every earlier
+    position otherwise (a decode call reads them from its cache)."""
+    hidden, kept = capture.hidden, list(capture.manifest.positions)
+    rows, positions = _context(capture)
+    wanted = capture.manifest.key_positions
+    untestable, missing = None, ()
+    if wanted is None:
+        if capture.manifest.mode == "prefill":
+            wanted = sorted(set(kept) | {p for p in positions if p <= max(kept, default=-1)})
+        else:
+            wanted = list(range(max(kept, default=-1) + 1))
+            if capture.manifest.mode is None and not set(wanted) <= set(kept) | set(positions):
+                untestable = Untestable.KV_CONTEXT_UNKNOWN
+    available = kept + [p for p in positions if p in set(wanted)]
+    if len(set(available)) != len(available):
+        untestable = Untestable.MULTIPLE_SEQUENCES
+    elif untestable is None:
+        missing = tuple(sorted(set(wanted) - set(available)))
+        untestable = Untestable.KV_CONTEXT_MISSING if missing else None
+    if rows is None or untestable is not None:
+        return ReferenceInputs(hidden, capture.positions, len(kept), untestable, missing)
+    use = [i for i, p in enumerate(positions) if p in set(wanted)]
+    both = torch.cat([rows[use].to(hidden.dtype), hidden])
+    at = torch.tensor([positions[i] for i in use] + kept, dtype=torch.long)
+    return ReferenceInputs(both, at, len(kept))
+
+
+def program(capture: Capture) -> str:
+    """The mode of the program the engine ran: "prefill" (naive) wherever kv_b_proj ran on the call's rows,
+    else the capture's mode (default prefill)."""
+    if "kv_b_proj.output" in capture.ranks[0].tensors:
+        return "prefill"
+    return capture.manifest.mode or "prefill"
+
+
+def _kept_rows(run, kept: int):
+    """The run with every record's output cut to its last `kept` rows (the capture's own)."""
+
+    def cut(record):
+        if record.output is None or record.output.shape[0] == kept:
+            return record
+        return replace(record, output=record.output[-kept:], _stats=None)
+
+    return replace(
+        run,
+        records={n: cut(r) for n, r in run.records.items()},
+        per_rank={n: [cut(r) for r in rs] for n, rs in run.per_rank.items()},
+    )
 
 # Which step's output (or which slice of it) a step consumes, for the V3 program: the inputs the
 # explanation recomputes a step from. (name of the producing step, column slice by cfg or None).
@@ -99,9 +189,11 @@ def _rank_steps(run, cfg, rank: int, hidden: torch.Tensor) -> dict[str, Captured
             found[f"{op}.output"] = CapturedTensor(
                 f"{op}.output", TensorRole.OUTPUT, fused[:, rows], step="fused_qkv_a"
             )
-    if "attention" in records:
-        # Per-head outputs flattened to (tokens, heads * width), as captures of any engine hold them.
-        value = records["attention"].output
+    attention = "absorb_uv" if "absorb_uv" in records else "attention"
+    if attention in records:
+        # Per-head outputs flattened to (tokens, heads * width), as captures of any engine hold them; an
+        # engine's attention op returns V-space rows, after W_UV in the absorbed program.
+        value = records[attention].output
         found["attention.output"] = CapturedTensor(
             "attention.output",
             TensorRole.OUTPUT,
@@ -157,38 +249,64 @@ def run_capture(run, ckpt: Checkpoint, hidden: torch.Tensor, positions: torch.Te
     return Capture(manifest, ranks)
 
 
-def _mode(capture: Capture) -> str:
-    return capture.manifest.mode or "prefill"
-
-
 def _activation_dtype(capture: Capture) -> torch.dtype:
     hidden = capture.hidden
     return hidden.dtype if hidden.is_floating_point() and hidden.element_size() > 1 else torch.bfloat16
 
 
+def _run(ckpt: Checkpoint, inputs: ReferenceInputs, tp: int, mode: str, dtype: torch.dtype):
+    run = run_layer(ckpt.cfg, ckpt, inputs.hidden.to(dtype), inputs.positions, tp_size=tp, mode=mode, dtype=dtype)
+    return _kept_rows(run, inputs.kept)
+
+
 def reference_capture(capture: Capture, ckpt: Checkpoint, tp_size: int | None = None) -> Capture:
-    """mla_debug's reference run of `ckpt` on the capture's layer input and positions, at `tp_size`
-    (default: the capture's) in the capture's mode and activation dtype, as a Capture."""
+    """mla_debug's reference run of `ckpt` on the capture's layer input and positions (after the context
+    rows its keys come from), at `tp_size` (default: the capture's) in the engine's program and the
+    capture's activation dtype, as a Capture of the kept rows."""
     tp = capture.tp_size if tp_size is None else tp_size
-    hidden, positions = capture.hidden, capture.positions
-    dtype = _activation_dtype(capture)
-    run = run_layer(ckpt.cfg, ckpt, hidden, positions, tp_size=tp, mode=_mode(capture), dtype=dtype)
-    return run_capture(run, ckpt, hidden.to(dtype), positions, note="mla_debug reference run (scenario reference)")
+    inputs, dtype = reference_inputs(capture), _activation_dtype(capture)
+    run = _run(ckpt, inputs, tp, program(capture), dtype)
+    found = run_capture(run, ckpt, capture.hidden.to(dtype), capture.positions, note="mla_debug reference run (scenario reference)")
+    return _same_call(found, capture)
 
 
-def capture_floor(capture: Capture, ckpt: Checkpoint, tp_sizes: tuple[int, ...] | None = None) -> dict[str, float]:
+def _same_call(found: Capture, capture: Capture) -> Capture:
+    """A run of the capture's call as a capture of that call: its mode, key positions and context rows."""
+    manifest = replace(found.manifest, mode=capture.manifest.mode, key_positions=capture.manifest.key_positions)
+    context = {n: capture.ranks[0].tensors[n] for n in (CONTEXT_INPUT, CONTEXT_POSITIONS) if n in capture.ranks[0].tensors}
+    ranks = [RankCapture(r.rank, r.tp_size, {**r.tensors, **context}) for r in found.ranks]
+    return Capture(manifest, ranks)
+
+
+def truth_run(capture: Capture, dense: Checkpoint):
+    """The fp32 truth run (TP1, unquantized activations) of `dense` - a checkpoint's dequantized twin,
+    `verdict.dense_twin` - on the capture's inputs, cut to the kept rows."""
+    return _run(dense, reference_inputs(capture), 1, program(capture), torch.float32)
+
+
+def truth_capture(capture: Capture, ckpt: Checkpoint, dense: Checkpoint | None = None, run=None) -> Capture:
+    """The fp32 truth (the checkpoint dequantized, unquantized activations, TP1) on the capture's inputs,
+    as a Capture of the kept rows; `dense` / `run` reuse a dequantized twin or a truth run made already."""
+    dense = dense_twin(ckpt) if dense is None else dense
+    run = truth_run(capture, dense) if run is None else run
+    truth = _same_call(run_capture(run, dense, capture.hidden.to(torch.float32), capture.positions, note="fp32 truth"), capture)
+    return Capture(replace(truth.manifest, engine=EngineInfo(TRUTH_ENGINE, None)), truth.ranks)
+
+
+def capture_floor(
+    capture: Capture, ckpt: Checkpoint, tp_sizes: tuple[int, ...] | None = None, truth=None
+) -> dict[str, float]:
     """The FP8 noise floor per step (`verdict.step_floor`) on the capture's inputs: the reference
-    run against the fp32 truth of the checkpoint's dequantized weights (one truth run, TP1), at each of
-    `tp_sizes` (default: the capture's), the largest per step."""
-    hidden, positions, mode = capture.hidden, capture.positions, _mode(capture)
-    dense = dense_twin(ckpt)
-    truth = run_layer(dense.cfg, dense, hidden, positions, tp_size=1, mode=mode, dtype=torch.float32)
-    del dense
+    run against the fp32 truth of the checkpoint's dequantized weights (one truth run, TP1; `truth`
+    when made already, `truth_run`), at each of `tp_sizes` (default: the capture's), the largest per step."""
+    inputs, mode = reference_inputs(capture), program(capture)
+    if truth is None:
+        dense = dense_twin(ckpt)
+        truth = _run(dense, inputs, 1, mode, torch.float32)
+        del dense
     floors = []
     for tp in tp_sizes or (capture.tp_size,):
-        reference = run_layer(
-            ckpt.cfg, ckpt, hidden, positions, tp_size=tp, mode=mode, dtype=_activation_dtype(capture)
-        )
+        reference = _run(ckpt, inputs, tp, mode, _activation_dtype(capture))
         floors.append(step_floor(reference, truth))
         del reference
     return {step: max(f.get(step, 0.0) for f in floors) for step in floors[0]}

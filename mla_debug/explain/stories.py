@@ -79,11 +79,6 @@ STORY_VIOLATIONS = {
 }
 
 
-def _order(layout: ScaleLayout) -> ScaleLayout:
-    """The raw-pointer byte order of a presentation: ROW_MAJOR or COL_MAJOR."""
-    return ScaleLayout.ROW_MAJOR if layout.byte_order == "row" else ScaleLayout.COL_MAJOR
-
-
 @dataclass(frozen=True)
 class Reading:
     """How a candidate reads a linear's operands: the weight bytes un-shuffled `weight_unshuffles`

@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (register the kernels)
     aiter_triton_bpreshuffle,
     cublas,
     deepgemm,
+    flashinfer_deepgemm,
     miscompiled,
     reference,
     sglang_triton,

@@ -140,3 +140,17 @@ class AiterTritonBlockscaleKernel(AiterBlockscaleEmulated):
         if not self.uses_triton(qa.data.device):
             return block_scaled_mm(qa.fmt.decode(qa.data), values_read_by_strides(qa.scale), linear, None, "blockwise")
         return aiter_triton.gemm_a8w8_blockscale(qa.data, weight.data, qa.scale, weight.scale, self.config_as.arch)
+
+
+def launch_gemm(
+    x: torch.Tensor, w: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor, arch: str
+) -> torch.Tensor:
+    """aiter's Triton ``gemm_a8w8_blockscale`` with aiter's config for `arch`, the scales read by their strides:
+    for the other kernels that hand aiter's GEMM their operands (SGLang's consumer behind its scale view)."""
+    return aiter_triton.gemm_a8w8_blockscale(x, w, x_scale, w_scale, arch)
+
+
+def gemm_unavailable(device: torch.device) -> str | None:
+    """None when aiter's Triton GEMM can run on tensors on `device` here (compiled, or interpreted on CPU
+    tensors under TRITON_INTERPRET=1), else why not."""
+    return aiter_triton.unavailable_reason(device)

@@ -67,7 +67,7 @@ class AiterBpreshuffleGfx950Rocm72(AiterBpreshuffleEmulated):
             return out
         # Each bad row's last-K-block update swapped for its lane partner's (the row above).
         last = slice(linear.k - BLOCK, linear.k)
-        w = weight_values(linear, contract.weight, scaled=False)[:, last]
+        w = weight_values(linear, contract.weight, scaled=False)[:, last].float()  # the cache holds bf16 (exact)
         w_scale = expand_weight_scale(linear.weight.scale, linear.n)[:, -1].unsqueeze(0)
         partners = [r - 1 for r in rows]
         own = (x[rows, last] @ w.t()) * (scale[rows, -1:] * w_scale)

@@ -17,6 +17,12 @@ What it models, read from SGLang 0.5.23 ``srt/layers/quantization/fp8_utils.py``
   ``relayout=False`` (SGLang's Triton path without aiter: CUDA without DeepGEMM, HIP without
   ``SGLANG_USE_AITER``).
 
+``gemm``: what multiplies behind the view - ``"emulation"`` (default, `block_gemm`, runs anywhere) or
+``"aiter-triton"``: aiter's own Triton ``gemm_a8w8_blockscale`` (amd-aiter 0.1.7.post2.dev18, launched through
+`kernels.aiter_triton`, with aiter's configs for gfx950), handed SGLang's ``as_strided`` view exactly as
+SGLang hands it, so the real kernel is the consumer of whatever the view reads; compiled on a CUDA GPU, interpreted on CPU tensors under
+``TRITON_INTERPRET=1`` (tiny shapes), unavailable elsewhere (the policy then says why and skips it).
+
 ``input_scale_layout`` is the presentation the producer feeding this consumer writes - its own input quant
 stands in for that producer: ``"col_major_strided"`` (default, what SGLang's producers hand it),
 ``"col_major"`` (the ``transpose_scale=True`` bytes before SGLang's view) or ``"row_major"`` (the hazard).
@@ -32,8 +38,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..implementations import Check
-from ..layouts import QuantizedActivation, ScaleLayout, values_relaid
+from ..layouts import QuantizedActivation, ScaleLayout, relay_column_major, values_relaid
 from ..numerics import Fp8Format
+from .aiter_triton import gemm_unavailable, launch_gemm
 from .base import Contract, GemmProblem, Kernel, register_kernel
 from .block_gemm import Accumulation, block_scaled_mm, check_accumulation
 from .engine_rules import SGLANG, sglang_triton_check
@@ -46,6 +53,11 @@ if TYPE_CHECKING:
 SGLANG_0_5_23 = "sglang-0.5.23"
 ANY = "any"
 SELECTIONS = (SGLANG_0_5_23, ANY)
+EMULATION = "emulation"
+AITER_TRITON = "aiter-triton"
+GEMMS = (EMULATION, AITER_TRITON)
+# The configs aiter picks for SGLang's gfx95 path: its MI350X tuning.
+AITER_ARCH = "gfx950"
 
 
 @register_kernel
@@ -66,14 +78,29 @@ class SglangTritonBlockscaleKernel(Kernel):
         relayout: bool = True,
         accumulation: Accumulation = "blockwise",
         flavor: str = "aiter-hip",
+        gemm: str = EMULATION,
     ) -> None:
         super().__init__(flavor=flavor)
+        if gemm not in GEMMS:
+            raise ValueError(f"kernel {self.name!r}: gemm {gemm!r} is not one of {', '.join(GEMMS)}")
+        self.gemm = gemm
         self.input_scale_layout = ScaleLayout.parse(input_scale_layout)
         if selection not in SELECTIONS:
             raise ValueError(f"kernel {self.name!r}: selection {selection!r} is not one of {', '.join(SELECTIONS)}")
         self.selection = selection
         self.relayout = relayout
         self.accumulation = check_accumulation(accumulation)
+
+    def availability(self, device: torch.device | None = None) -> Check:
+        if self.gemm == EMULATION:
+            return super().availability(device)
+        probe = (
+            torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        )
+        why = gemm_unavailable(probe)
+        if why is not None:
+            return Check(False, f"gemm='aiter-triton' runs aiter's own Triton GEMM, which cannot run here: {why}")
+        return Check(True, f"aiter's Triton gemm_a8w8_blockscale behind SGLang's view, on {probe.type} tensors")
 
     def can_implement(self, problem: GemmProblem) -> Check:
         refusal = gpu_gemm_refusal(problem, f"{SGLANG}'s Triton GEMM")
@@ -95,7 +122,22 @@ class SglangTritonBlockscaleKernel(Kernel):
     def scale_layout_read(self, qa: QuantizedActivation, contract: Contract) -> ScaleLayout:
         return ScaleLayout.COL_MAJOR if self.relayout else layout_read_by_strides(qa.scale)
 
+    def run(self, linear: BlockScaledLinear, x):
+        call = super().run(linear, x)
+        if self.gemm == AITER_TRITON:
+            call.kernel = f"{self.name} (aiter's Triton gemm_a8w8_blockscale behind the view)"
+        return call
+
     def compute(self, linear: BlockScaledLinear, qa: QuantizedActivation, contract: Contract) -> torch.Tensor:
         name = f"{linear.name} input scale"
+        if self.gemm == AITER_TRITON:
+            weight = linear.weight
+            if not weight.layout.plain or weight.data.shape[1] != weight.k:
+                raise ValueError(
+                    f"{linear.name}.weight: aiter's Triton GEMM reads a plain (N, K) weight, not {weight.layout}"
+                )
+            # SGLang hands aiter's GEMM its view of the scale; the GEMM reads the view by its strides.
+            scale = relay_column_major(qa.scale, name) if self.relayout else qa.scale
+            return launch_gemm(qa.data, weight.data, scale, weight.scale, AITER_ARCH)
         scale = values_relaid(qa.scale, name) if self.relayout else values_read_by_strides(qa.scale)
         return block_scaled_mm(qa.fmt.decode(qa.data), scale, linear, None, self.accumulation)

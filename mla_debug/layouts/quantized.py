@@ -155,9 +155,15 @@ def quantize_groups(
 ) -> QuantizedActivation:
     """Quantize activations (M, K) per 1 x `group_size` group; the scale is written in `scale_layout`.
 
+    A flavor naming an engine function that runs another kernel for the other scale order (SGLang's
+    ``sglang-triton`` / ``sglang-triton-colmajor``) quantizes with the kernel for `scale_layout`'s byte
+    order, as the engine does (`QuantFlavor.for_scale_order`); the result records the flavor that ran.
+
     >>> qa = md.quantize_groups(torch.randn(4, 256), scale_layout=md.ScaleLayout.COL_MAJOR)
     """
+    scale_layout = ScaleLayout.parse(scale_layout)
     fmt, flavor = fp8_format(fmt), quant_flavor(flavor)
+    flavor = quant_flavor(flavor.for_scale_order(scale_layout.byte_order))
     require_tensor("x", x)
     if x.dim() != 2:
         raise ValueError(f"x: {describe(x)} must be 2-D (M, K); flatten leading token dims first")

@@ -19,12 +19,23 @@ by their 128x128 block scales in fp32 (`QuantizedLinear.read_direct`). What foll
     ``model_loader/utils.py``'s ``process_weights_after_loading`` passes). The decode BMMs
     (``forward_impl``'s ``torch.bmm(mqa_q_nope, W_UK_T)``, ``_v_up_proj``'s ``torch.bmm(x, W_UV)``) take
     bf16 operands, accumulate in fp32 and write bf16: the same values as an fp32 product of the
-    bf16-rounded operands rounded once at the end, up to the order of the fp32 sum. Not modelled: the
-    aiter FP8/FP4 BMMs behind ``VLLM_ROCM_USE_AITER_FP8BMM`` / ``..._FP4BMM`` (off by default), and
-    ``use_deep_gemm`` layers, for which ``get_and_maybe_dequant_weights`` runs the kernel on an identity.
+    bf16-rounded operands rounded once at the end, up to the order of the fp32 sum. The aiter FP4 BMM
+    behind ``VLLM_ROCM_USE_AITER_FP4BMM`` (off by default, and for an unquantized kv_b_proj only) is not
+    modelled; the FP8 one is ``"fp8-per-tensor-from-bf16"`` below.
     SGLang 0.5.23 on CUDA without its DeepGEMM BMM builds the same bf16 weights (``post_load_weights``
     -> ``block_quant_dequant(..., torch.bfloat16)``: the fp32 product rounded once) and multiplies them
     with ``torch.bmm`` (``forward_mla.py``).
+
+    Where the values come from (``ModelBehaviour.absorbed_weights_via``): vLLM 0.33.0's ``Fp8LinearMethod``
+    sets ``use_deep_gemm = is_deep_gemm_supported()`` (``layers/quantization/fp8.py``: Hopper or Blackwell,
+    ``VLLM_USE_DEEP_GEMM`` on, deep_gemm installed), and for such a layer ``get_and_maybe_dequant_weights``
+    skips ``scaled_dequantize`` and returns ``quant_method.apply(layer, eye(K, dtype=bf16)).T``: the
+    linear's own kernel on an identity matrix ("kernel-identity", `identity_read`). That kernel has
+    already processed the weight at load - DeepGEMM re-quantizes it to ue8m0 block scales in place
+    (``fp8_utils.py`` ``requant_weight_ue8m0_inplace``) - so W_UK / W_UV are bf16 copies of the
+    re-quantized weight, as the kernel's input quant, block accumulation and bf16 output make them (on an
+    identity every output is one product: exact under ue8m0, where the identity's group scale is a power of
+    two). "direct-read" is every other path: the checkpoint's bytes times their block scales.
 
 ``"fp8-per-tensor"`` - SGLang 0.5.23 on HIP
     ``srt/models/deepseek_common/deepseek_weight_loader.py``, ``post_load_weights``: a 128x128-block
@@ -47,6 +58,23 @@ by their 128x128 block scales in fp32 (`QuantizedLinear.read_direct`). What foll
       (fp32; ``max`` is the weight format's), ``q = clamp(x * (1/s), +-max)`` cast to fp8, the group's
       fp8 dot product in fp32 times ``s`` summed over groups, times the weight scale, rounded to bf16
       (``_triton_kernels/batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant.py``).
+
+``"fp8-per-tensor-from-bf16"`` - vLLM 0.33.0 with ``VLLM_ROCM_USE_AITER_FP8BMM=1`` (and aiter on)
+    ``MLAAttention.process_weights_after_loading`` (``layers/attention/mla_attention.py``) takes the bf16
+    W_UK / W_UV of ``split_kv_b_proj`` and re-quantizes EACH with ``dynamic_per_batched_tensor_quant``:
+    one scale for the whole per-rank tensor (``x.aminmax()`` over every head, despite the name), with the
+    fp8 dtype's own max (``torch.finfo``: 240 on e4m3fnuz, not the 224 elsewhere), all in the tensor's
+    bf16: ``amax = max(|min|, |max|).clamp(min=1e-10)`` (bf16), ``scale = max / amax`` (a Python float
+    over a bf16 0-dim tensor: the reciprocal rounded to bf16, times max, rounded to bf16), ``q =
+    clamp(x * scale, +-max)`` (bf16) cast to fp8, and the stored scale ``scale.float().reciprocal()``.
+    The decode BMMs are aiter's ``triton_fp8_bmm`` - the same Triton kernel as SGLang's, group 128
+    (``absorbed_bmm="fp8-group-quant"``). A per-rank scale: the amax runs over the rank's heads, so the
+    bytes depend on the TP size.
+
+``absorbed_bmm="fp8-group-quant-uk"`` - SGLang 0.5.23 on gfx942 under CUDA graphs: ``rocm_absorb_q_bmm``
+takes the FP8 BMM when ``is_capture_mode and w_kc.dtype == float8_e4m3fnuz`` (every captured decode
+replays it), while ``rocm_absorb_v_bmm`` takes it only for ``_use_aiter_gfx95`` and e4m3fn, so W_UV is
+multiplied as bf16 (``w.to(bf16) * w_scale``).
 
 An unquantized kv_b_proj is not re-quantized by SGLang (the branch needs an FP8 weight): under
 "fp8-per-tensor" it is multiplied as its bf16 values. The FP8 BMM multiplies FP8 weights only (SGLang
@@ -90,6 +118,25 @@ def requantize_per_tensor(values: torch.Tensor, fmt: Fp8Format) -> tuple[torch.T
     return codes, torch.reciprocal(multiplier)
 
 
+# dynamic_per_batched_tensor_quant's amax floor.
+BF16_PER_TENSOR_AMAX_FLOOR = 1e-10
+
+
+def requantize_per_tensor_bf16(values: torch.Tensor, fmt: Fp8Format) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp8 codes, fp32 0-dim scale) of bf16 `values` re-quantized with one scale, every step in bf16, as
+    vLLM 0.33.0's ``dynamic_per_batched_tensor_quant`` does (see the module docstring); ``codes * scale ~=
+    values``. The bound is the format's max (240 on e4m3fnuz)."""
+    if values.dtype != torch.bfloat16 or values.numel() == 0:
+        raise ValueError(f"per-tensor re-quantization from bf16: {describe(values)} must be a non-empty bf16 tensor")
+    bound = fmt.max
+    low, high = values.aminmax()
+    amax = torch.maximum(low.abs(), high.abs()).clamp(min=BF16_PER_TENSOR_AMAX_FLOOR)  # bf16
+    # A Python float over a tensor is the tensor's reciprocal times the float, each rounded to bf16.
+    multiplier = torch.reciprocal(amax) * bound
+    codes = (values * multiplier).clamp(min=-bound, max=bound).to(fmt.dtype)
+    return codes, torch.reciprocal(multiplier.to(torch.float32))
+
+
 @dataclass(frozen=True)
 class AbsorbedWeights:
     """W_UK (h, P, Lkv) and W_UV (h, V, Lkv) of one rank, as absorbed decode multiplies them.
@@ -104,19 +151,26 @@ class AbsorbedWeights:
     bmm: str = "dequantized"
     scale: torch.Tensor | None = None
     fmt: Fp8Format | None = None
+    # W_UV's own BMM and scale where they are not W_UK's (None: as W_UK's).
+    bmm_uv: str | None = None
+    scale_uv: torch.Tensor | None = None
 
     def absorb_uk(self, q_nope: torch.Tensor) -> torch.Tensor:
         """q_nope (M, h, P) -> (M, h, Lkv) in fp32 (the caller rounds to the activation dtype)."""
-        return self._bmm(q_nope, self.w_uk, "mhp,hpc->mhc", reduce_dim=1)
+        return self._bmm(q_nope, self.w_uk, "mhp,hpc->mhc", 1, self.bmm, self.scale)
 
     def absorb_uv(self, attn_latent: torch.Tensor) -> torch.Tensor:
         """attention output over the latent cache (M, h, Lkv) -> (M, h, V) in fp32."""
-        return self._bmm(attn_latent, self.w_uv, "mhc,hvc->mhv", reduce_dim=2)
+        bmm = self.bmm_uv or self.bmm
+        scale = self.scale_uv if self.scale_uv is not None else self.scale
+        return self._bmm(attn_latent, self.w_uv, "mhc,hvc->mhv", 2, bmm, scale)
 
-    def _bmm(self, x: torch.Tensor, w: torch.Tensor, equation: str, reduce_dim: int) -> torch.Tensor:
-        if self.bmm == "dequantized":
+    def _bmm(
+        self, x: torch.Tensor, w: torch.Tensor, equation: str, reduce_dim: int, bmm: str, scale: torch.Tensor | None
+    ) -> torch.Tensor:
+        if bmm == "dequantized":
             return torch.einsum(equation, x.to(torch.float32), w)
-        return group_quant_bmm(x, w, self.scale, self.fmt, reduce_dim)
+        return group_quant_bmm(x, w, scale, self.fmt, reduce_dim)
 
 
 def group_quant_bmm(
@@ -159,18 +213,54 @@ def build_absorbed_weights(
             f"kv_b_proj: directly read weight {describe(weight)} is not (heads*(P+V), Lkv) = "
             f"({heads * (nope + v_dim)}, {lora})"
         )
+    if dtype not in ("fp32", "bf16", "fp8-per-tensor", "fp8-per-tensor-from-bf16"):
+        raise ValueError(
+            f"absorbed_weight_dtype {dtype!r} is not 'fp32', 'bf16', 'fp8-per-tensor' or 'fp8-per-tensor-from-bf16'"
+        )
+    if dtype == "fp8-per-tensor-from-bf16" and fmt is not None:
+        return _per_tensor_each_from_bf16(weight, heads, nope, v_dim, lora, bmm, fmt)
     scale = None
     if dtype == "fp32":
         values = weight.to(torch.float32)
-    elif dtype == "bf16" or (dtype == "fp8-per-tensor" and fmt is None):
+    elif dtype in ("bf16", "fp8-per-tensor-from-bf16") or (dtype == "fp8-per-tensor" and fmt is None):
         values = weight.to(torch.bfloat16).to(torch.float32)
-    elif dtype == "fp8-per-tensor":
-        codes, scale = requantize_per_tensor(weight, fmt)
-        values = (codes.to(torch.bfloat16) * scale).to(torch.float32) if bmm == "dequantized" else fmt.decode(codes)
     else:
-        raise ValueError(f"absorbed_weight_dtype {dtype!r} is not 'fp32', 'bf16' or 'fp8-per-tensor'")
+        codes, scale = requantize_per_tensor(weight, fmt)
+        if bmm == "dequantized":
+            values = (codes.to(torch.bfloat16) * scale).to(torch.float32)
+        else:
+            values = fmt.decode(codes)
     per_head = values.view(heads, nope + v_dim, lora)
     w_uk, w_uv = per_head[:, :nope], per_head[:, nope:]
     if bmm == "fp8-group-quant" and scale is not None:
         return AbsorbedWeights(w_uk, w_uv, bmm, scale, fmt)
+    if bmm == "fp8-group-quant-uk" and scale is not None:
+        # W_UV as SGLang's bf16 branch multiplies it: the codes in bf16 times the scale
+        w_uv_bf16 = (fmt.decode(codes).view(heads, nope + v_dim, lora)[:, nope:].to(torch.bfloat16) * scale).float()
+        return AbsorbedWeights(w_uk, w_uv_bf16, "fp8-group-quant", scale, fmt, bmm_uv="dequantized")
     return AbsorbedWeights(w_uk, w_uv)
+
+
+def _per_tensor_each_from_bf16(
+    weight: torch.Tensor, heads: int, nope: int, v_dim: int, lora: int, bmm: str, fmt: Fp8Format
+) -> AbsorbedWeights:
+    """vLLM's FP8 BMM weights: the bf16 W_UK and W_UV, each re-quantized with its own per-tensor scale."""
+    per_head = weight.to(torch.bfloat16).view(heads, nope + v_dim, lora)
+    uk_codes, uk_scale = requantize_per_tensor_bf16(per_head[:, :nope], fmt)
+    uv_codes, uv_scale = requantize_per_tensor_bf16(per_head[:, nope:], fmt)
+    if bmm == "dequantized":
+        return AbsorbedWeights(fmt.decode(uk_codes) * uk_scale, fmt.decode(uv_codes) * uv_scale)
+    uv_bmm = "dequantized" if bmm == "fp8-group-quant-uk" else "fp8-group-quant"
+    w_uv = fmt.decode(uv_codes) * uv_scale if uv_bmm == "dequantized" else fmt.decode(uv_codes)
+    return AbsorbedWeights(
+        fmt.decode(uk_codes), w_uv, "fp8-group-quant", uk_scale, fmt, bmm_uv=uv_bmm, scale_uv=uv_scale
+    )
+
+
+def identity_read(linear, dtype: torch.dtype = torch.bfloat16):
+    """kv_b_proj's weight as vLLM 0.33.0's ``get_and_maybe_dequant_weights`` gives it for a ``use_deep_gemm``
+    layer: the linear's own kernel run on ``eye(K)`` in `dtype`, transposed - fp32 (N, K) holding the kernel's
+    bf16 outputs - and the call (its kernel, layouts and broken contracts)."""
+    eye = torch.eye(linear.k, dtype=dtype)
+    call = linear.run(eye)
+    return call.output.t().to(torch.float32), call

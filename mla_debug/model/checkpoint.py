@@ -61,6 +61,12 @@ PROGRESS_MIN_PARAMS = 50_000_000
 _LAYER_KEY = re.compile(r"^(?:.*?\.)?layers\.(\d+)\.(.+)$")
 
 
+def split_layer_key(key: str) -> tuple[int, str] | None:
+    """(N, rest) of a tensor name ``<anything.>layers.<N>.<rest>``; None for a name outside the layers."""
+    match = _LAYER_KEY.match(key)
+    return None if match is None else (int(match.group(1)), match.group(2))
+
+
 # -- expected tensors ------------------------------------------------------------------------------
 
 
@@ -235,11 +241,11 @@ def _select_attention(
     by_layer: dict[int, dict[str, str]] = {}
     bare: list[str] = []
     for key in keys:
-        match = _LAYER_KEY.match(key)
-        if match is None:
+        split = split_layer_key(key)
+        if split is None:
             bare.append(key)
-        elif match.group(2).startswith(ATTN_PREFIX):
-            by_layer.setdefault(int(match.group(1)), {})[match.group(2).removeprefix(ATTN_PREFIX)] = key
+        elif split[1].startswith(ATTN_PREFIX):
+            by_layer.setdefault(split[0], {})[split[1].removeprefix(ATTN_PREFIX)] = key
     prefixed = len(bare) < len(keys)
     if prefixed:
         stray = [k for k in bare if k.split(".")[0] in roots or k.startswith(ATTN_PREFIX)]

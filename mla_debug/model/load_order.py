@@ -54,16 +54,27 @@ def absorbed_load_events(behaviour) -> list[str]:
         )
     elif absorbed_derived_before_kernel_load(behaviour):
         events.append("W_UK/W_UV derived from the bytes as loaded, before the kernel's process_weights_after_loading")
+    if behaviour.absorbed_weights_via == "kernel-identity":
+        events.append(
+            "W_UK/W_UV computed by kv_b_proj's own kernel on an identity matrix (get_and_maybe_dequant_weights of "
+            "a use_deep_gemm layer): the weight as the kernel holds it after load, in its bf16 output"
+        )
     dtype = behaviour.absorbed_weight_dtype
-    if dtype == "bf16":
+    bmm = {
+        "fp8-group-quant": "multiplied by an FP8 BMM that quantizes its input per 1x128 group",
+        "fp8-group-quant-uk": (
+            "W_UK multiplied by an FP8 BMM that quantizes its input per 1x128 group, W_UV as bf16 (codes times "
+            "the scale)"
+        ),
+    }.get(behaviour.absorbed_bmm, "multiplied as bf16 (codes times the scale)")
+    if dtype == "bf16" and behaviour.absorbed_weights_via != "kernel-identity":
         events.append("W_UK/W_UV dequantized to bf16 (one rounding of the fp32 product)")
     elif dtype == "fp8-per-tensor":
-        bmm = (
-            "multiplied by an FP8 BMM that quantizes its input per 1x128 group"
-            if behaviour.absorbed_bmm == "fp8-group-quant"
-            else "multiplied as bf16 (codes times the scale)"
-        )
         events.append(f"W_UK/W_UV re-quantized to FP8 with one per-tensor scale, {bmm}")
+    elif dtype == "fp8-per-tensor-from-bf16":
+        events.append(
+            f"W_UK and W_UV dequantized to bf16, then each re-quantized to FP8 with its own per-tensor scale, {bmm}"
+        )
     return events
 
 

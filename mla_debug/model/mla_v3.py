@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from ..layouts import ScaleLayout
-from .absorbed import AbsorbedWeights, build_absorbed_weights
+from .absorbed import AbsorbedWeights, build_absorbed_weights, identity_read
 from .attention_math import attend, causal_mask
 from .fused_producer import OP, UNFUSED, ProducerLayer, ProducerPlan, consumer_orders, written_layout
 from .linear import QuantizedLinear
@@ -41,6 +41,15 @@ from .rope import cos_sin, rope_is_interleaved, rope_label, rotate
 CONSUMERS = ("q_b_proj",)
 # The epsilons vLLM 0.33.0 registers MLADualRMSGroupQuantPattern for (MLADualRMSNormFusionPass.__init__).
 FUSION_PATTERN_EPSILONS = (1e-5, 1e-6)
+
+
+def _held(linear: QuantizedLinear) -> str:
+    """What the identity read multiplied: the checkpoint's weight, or the one the kernel re-quantized at load."""
+    weight = linear.block.weight
+    if weight is linear.loaded_weight:
+        return ""
+    powers_of_two = bool((torch.frexp(weight.scale)[0] == 0.5).all())
+    return ", of the weight its kernel re-quantized at load" + (" (ue8m0 block scales)" if powers_of_two else "")
 
 
 class MLAv3Rank(ProducerLayer):
@@ -168,8 +177,25 @@ class MLAv3Rank(ProducerLayer):
             cfg, b = self.cfg, self.behaviour
             linear = self.linears["kv_b_proj"]
             before = absorbed_derived_before_kernel_load(b)
-            weight, violation = linear.read_direct(absorbed_reader(b), before_kernel_load=before)
-            fmt = linear.block.weight.fmt if isinstance(linear, QuantizedLinear) else None
+            quantized = isinstance(linear, QuantizedLinear)
+            if b.absorbed_weights_via == "kernel-identity" and quantized:
+                if before:
+                    raise ValueError(
+                        "kv_b_proj: absorbed_weights_via='kernel-identity' runs the loaded kernel on an identity, "
+                        "but absorbed_weights_derived='before-kernel-load' derives W_UK/W_UV before any kernel "
+                        "loaded; the two cannot hold together"
+                    )
+                weight, call = identity_read(linear)
+                s["absorbed_kernel"] = (
+                    f"bmm (W_UK/W_UV from kv_b_proj's kernel on an identity: {call.kernel}{_held(linear)})"
+                )
+                s["absorbed_layout"] = call.weight_layout
+                s["direct_violations"] = list(call.violations)
+            else:
+                weight, violation = linear.read_direct(absorbed_reader(b), before_kernel_load=before)
+                s["absorbed_layout"] = linear.direct_read_layout(before)
+                s["direct_violations"] = [violation] if violation else []
+            fmt = linear.block.weight.fmt if quantized else None
             s["absorbed"] = build_absorbed_weights(
                 weight,
                 self.local_heads,
@@ -180,8 +206,6 @@ class MLAv3Rank(ProducerLayer):
                 b.absorbed_bmm,
                 fmt,
             )
-            s["absorbed_layout"] = linear.direct_read_layout(before)
-            s["direct_violations"] = [violation] if violation else []
         return s["absorbed"]
 
     def _absorb_record(self, name: str, output, s: dict):
@@ -190,7 +214,7 @@ class MLAv3Rank(ProducerLayer):
             output,
             CONCAT,
             gather_dim=1,
-            kernel="bmm (direct read of kv_b_proj)",
+            kernel=s.get("absorbed_kernel", "bmm (direct read of kv_b_proj)"),
             weight_layout=s["absorbed_layout"],
             violations=list(s["direct_violations"]),
         )

@@ -26,14 +26,8 @@ from .reference import (
     unregister_backend,
 )
 from .rmsnorm import rmsnorm_fp32
-from .unfused import (
-    V4UnfusedResult,
-    aiter_test_reference,
-    norm_then_quant,
-    norm_then_quant_for_v4,
-    triton_norm_then_quant,
-    triton_norm_then_quant_for_v4,
-)
+from .triton_unfused import triton_norm_then_quant, triton_norm_then_quant_for_v4
+from .unfused import V4UnfusedResult, aiter_test_reference, norm_then_quant, norm_then_quant_for_v4
 
 __all__ = [
     "AUTO_ORDER",

@@ -3,7 +3,7 @@
 A quantization flavor (`flavor_recipe.QuantFlavor`) is one engine's recipe as data; `FLAVORS` names every
 one: aiter's four 1x128 quantizers and its generic recipe (`flavors`), the serving engines' own - vLLM 0.33.0
 ``vllm-native`` / ``vllm-triton`` / ``vllm-cuda``, SGLang 0.5.23 ``sglang-triton`` / ``sglang-triton-colmajor``,
-DeepGEMM ``deepgemm`` (`engine_flavors`) - and the older ``vllm`` and ``deepseek``.
+DeepGEMM ``deepgemm``, FlashInfer ``flashinfer-sm90`` (`engine_flavors`) - and the older ``vllm`` and ``deepseek``.
 """
 
 from .flavors import (
@@ -14,6 +14,7 @@ from .flavors import (
     AITER_TRITON,
     DEEPGEMM,
     DEEPSEEK,
+    FLASHINFER_SM90,
     FLAVORS,
     SGLANG_TRITON,
     SGLANG_TRITON_COLMAJOR,
@@ -53,6 +54,7 @@ __all__ = [
     "AITER_TRITON",
     "DEEPGEMM",
     "DEEPSEEK",
+    "FLASHINFER_SM90",
     "E4M3FN",
     "E4M3FNUZ",
     "FLAVORS",

@@ -18,12 +18,24 @@ against an oracle written from its source):
   scale, ``q = clamp(x / scale)``, ue8m0 as ``exp2(ceil(log2(s)))``.
 - ``deepgemm``: DeepGEMM's ``per_token_cast_to_fp8`` as SGLang ships it: amax floor 1e-4,
   ``q = cast(x * (448 / amax))`` unclamped, scale ``amax / 448``.
+- ``flashinfer-sm90``: the bf16 input quant inside FlashInfer 0.7.2.post1's ``fp8_blockscale_gemm_sm90`` (TensorRT-LLM's
+  ``scale_1x128_kernel``), what vLLM 0.33.0's FlashInfer swapAB GEMM runs for M < 32 on Hopper. No amax floor,
+  multiplier ``448 / amax`` (1 for an all-zero group), ``q = cast_satfinite(x * multiplier)``, scale stored as
+  ``1 / multiplier``; e4m3fn only, no ue8m0 form.
+
+SGLang's ``per_token_group_quant_fp8`` launches one of two Triton kernels by the scale order it is asked for,
+and they round differently (one multiplies by the reciprocal, one divides): ``sglang-triton`` and
+``sglang-triton-colmajor`` name the same engine function (``QuantFlavor.by_scale_order``), so
+`layouts.quantize_groups` runs the kernel the engine runs for the scale layout it writes, whichever of the two
+names is given.
 
 vLLM and SGLang quantize with fp8_max 224 on e4m3fnuz (gfx942) - "240 caused accuracy issues" - and the
 dtype max (448) on e4m3fn. aiter's quantizers and the flavors vLLM and SGLang route to aiter are in `flavors`.
 
 Triton's fp32 ``/`` is exact under the CPU interpreter and approximate in a compiled kernel on a GPU; the
-Triton flavors model the exact quotient (the interpreted kernel), as the aiter-triton flavor does.
+Triton flavors model the exact quotient (the interpreted kernel), as the aiter-triton flavor does. FlashInfer
+builds its kernels with ``-use_fast_math``, so its two divisions are approximate on the GPU too (within 2 ulps);
+``flashinfer-sm90`` models them correctly rounded, the source's arithmetic.
 """
 
 from __future__ import annotations
@@ -32,6 +44,9 @@ from .flavor_recipe import QuantFlavor
 
 VLLM_RELEASE = "vLLM 0.33.0"
 SGLANG_RELEASE = "SGLang 0.5.23"
+FLASHINFER_RELEASE = "FlashInfer 0.7.2.post1"
+# SGLang's per_token_group_quant_fp8: the row-major kernel and the column-major one, picked by the scale order.
+_SGLANG_BY_ORDER = ("sglang-triton", "sglang-triton-colmajor")
 # vLLM's get_fp8_min_max() and SGLang's fp8_kernel.py: 224 on e4m3fnuz, the dtype max on e4m3fn.
 _ENGINE_FNUZ_MAX = 224.0
 
@@ -137,6 +152,7 @@ SGLANG_TRITON = QuantFlavor(
     ue8m0_rule="none",
     block_quantizer=False,
     owner=SGLANG_RELEASE,
+    by_scale_order=_SGLANG_BY_ORDER,
     models=(
         "SGLang 0.5.23 sglang/kernels/ops/quantization/fp8_kernel.py _per_token_group_quant_8bit, launched by "
         "_per_token_group_quant_8bit_raw (per_token_group_quant_fp8 off CUDA) with column_major_scales=False"
@@ -159,6 +175,7 @@ SGLANG_TRITON_COLMAJOR = QuantFlavor(
     ue8m0_rule="log2_fp32",
     block_quantizer=False,
     owner=SGLANG_RELEASE,
+    by_scale_order=_SGLANG_BY_ORDER,
     models=(
         "SGLang 0.5.23 sglang/kernels/ops/quantization/fp8_kernel.py _per_token_group_quant_8bit_colmajor, "
         "launched by _per_token_group_quant_8bit_raw with column_major_scales=True"
@@ -192,6 +209,33 @@ DEEPGEMM = QuantFlavor(
     ),
 )
 
+FLASHINFER_SM90 = QuantFlavor(
+    name="flashinfer-sm90",
+    description=(
+        "FlashInfer 0.7.2.post1 fp8_blockscale_gemm_sm90's own bf16 input quant (TensorRT-LLM scale_1x128_kernel): "
+        "no amax floor, q = cast_satfinite(x * fp32(448 / amax)), scale = 1 / that multiplier (1 for an all-zero "
+        "group); e4m3fn, no ue8m0 form"
+    ),
+    # fp8_blockscale_gemm_kernel.cuh scale_1x128_kernel: the group's amax over bf16 |x| (__hmax, exact),
+    # `ScaleType scale = amax != InputType(0.f) ? 448.f / ScaleType(amax) : 1.f;`, stored
+    # `scales[...] = ScaleType(1.f / scale)`, values `OutputType(ScaleType(x) * scale)` - the __nv_fp8_e4m3
+    # constructor rounds to nearest even and saturates to +-448 (a clamp that keeps NaN).
+    group_amax_floor=0.0,
+    block_amax_floor=0.0,
+    quotient="times_max_div_amax",
+    clamp=True,
+    fixed_max=448.0,
+    scale_rule="reciprocal_of_multiplier",
+    ue8m0_rule="none",
+    block_quantizer=False,
+    owner=FLASHINFER_RELEASE,
+    models=(
+        "FlashInfer 0.7.2.post1 flashinfer/data/csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/fp8_blockscale_gemm/"
+        "fp8_blockscale_gemm_kernel.cuh scale_1x128_kernel, launched by fp8_gemm_run for a bf16 input of "
+        "flashinfer.gemm.fp8_blockscale_gemm_sm90; checked against an oracle written from that source, not run"
+    ),
+)
+
 ENGINE_FLAVORS: tuple[QuantFlavor, ...] = (
     VLLM_NATIVE,
     VLLM_TRITON,
@@ -199,4 +243,5 @@ ENGINE_FLAVORS: tuple[QuantFlavor, ...] = (
     SGLANG_TRITON,
     SGLANG_TRITON_COLMAJOR,
     DEEPGEMM,
+    FLASHINFER_SM90,
 )

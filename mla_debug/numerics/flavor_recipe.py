@@ -21,7 +21,9 @@ from .formats import E4M3FNUZ, Fp8Format
 #                        tensor is the tensor's reciprocal times the number), with amax the floored group amax;
 #                        the scale returned is formed separately from amax by the scale rule. With ue8m0 the
 #                        power-of-two scale's reciprocal is exact and the recipe multiplies by it instead.
-Quotient = Literal["mul_reciprocal", "div", "times_max_over_amax"]
+#   times_max_div_amax   x * fp32(fmt_max / amax), ONE correctly rounded division (C++ `448.f / float(amax)`),
+#                        and x * 1 for an all-zero group (the C++ writes `amax != 0 ? 448.f / amax : 1.f`)
+Quotient = Literal["mul_reciprocal", "div", "times_max_over_amax", "times_max_div_amax"]
 # How the scale is formed from the (floored) amax:
 #   divide               amax / fmt_max, one correctly rounded fp32 division
 #   times_inverse_max    amax * fp32(1 / fmt_max): the inverse rounded to fp32 once (C++ `1. / float(max)`
@@ -29,7 +31,10 @@ Quotient = Literal["mul_reciprocal", "div", "times_max_over_amax"]
 #   torch_scalar_divide  amax / fmt_max written as a torch tensor divided by a Python float: exact division
 #                        on the CPU, while CUDA/ROCm torch multiplies by the fp32 reciprocal instead
 #                        (times_inverse_max's bits)
-ScaleRule = Literal["divide", "times_inverse_max", "torch_scalar_divide"]
+#   reciprocal_of_multiplier  fp32(1 / fp32(fmt_max / amax)): the scale stored as the reciprocal of the rounded
+#                        multiplier the values were scaled by (C++ `1.f / scale` with `scale = 448.f / amax`);
+#                        an all-zero group's multiplier is 1, so its scale is 1
+ScaleRule = Literal["divide", "times_inverse_max", "torch_scalar_divide", "reciprocal_of_multiplier"]
 # How a scale is rounded up to a power of two (ue8m0):
 #   exact      the smallest power of two >= the scale (an exponent-bit rule: bump the exponent when the
 #              mantissa is not zero); non-finite scales pass through
@@ -54,6 +59,10 @@ class QuantFlavor:
     ``Ue8m0Rule``); ue8m0_scale_floor: the scale is raised to this before that rounding. block_quantizer:
     whether the recipe exists as a 128x128 weight quantizer. owner: whose code the recipe is ("aiter",
     "vLLM 0.33.0", ...); models: the function this flavor reproduces, with release, file and function.
+    by_scale_order: (row-major flavor, column-major flavor) where the engine function launches a different
+    kernel per scale order and the two round differently (SGLang's Triton group quant); `for_scale_order`
+    picks the one the engine runs, so a flavor names the engine function, not one of its kernels. None:
+    one arithmetic whatever the order.
     """
 
     name: str
@@ -73,10 +82,26 @@ class QuantFlavor:
     ue8m0_scale_floor: float = 0.0
     nan_clamps_to_min: bool = False
     owner: str = ""
+    by_scale_order: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.nan_clamps_to_min and not self.clamp:
             raise ValueError(f"flavor {self.name!r}: nan_clamps_to_min describes the clamp, but clamp=False")
+        if self.by_scale_order is not None and self.name not in self.by_scale_order:
+            raise ValueError(
+                f"flavor {self.name!r}: by_scale_order {self.by_scale_order} names the engine function's two "
+                "kernels, one of which is this flavor"
+            )
+
+    def for_scale_order(self, order: str) -> str:
+        """The flavor the engine function runs when it writes its scales in `order` ("row": row-major
+        bytes, "col": column-major bytes): this one, unless the engine picks another kernel - with other
+        arithmetic - for that order (``by_scale_order`` = (row-major flavor, column-major flavor))."""
+        if order not in ("row", "col"):
+            raise ValueError(f"flavor {self.name!r}: scale order {order!r} is not 'row' or 'col'")
+        if self.by_scale_order is None:
+            return self.name
+        return self.by_scale_order[0 if order == "row" else 1]
 
     def fmt_max(self, fmt: Fp8Format) -> float:
         """The largest value this flavor maps a group's amax to, for the given element format."""

@@ -29,8 +29,8 @@ named it (aiter has no 128x128 block quantizer, so only it, ``vllm``, ``deepseek
 quantize blocks).
 
 The engines' own quantizers - ``vllm-native``, ``vllm-triton``, ``vllm-cuda``, ``sglang-triton``,
-``sglang-triton-colmajor``, ``deepgemm`` - are in `engine_flavors`, byte-exact with vLLM 0.33.0, SGLang
-0.5.23 and DeepGEMM (tests/engine_reference). Two older names stay, each what it was, because saved
+``sglang-triton-colmajor``, ``deepgemm``, ``flashinfer-sm90`` - are in `engine_flavors`, byte-exact with vLLM
+0.33.0, SGLang 0.5.23, DeepGEMM and FlashInfer 0.7.2.post1 (tests/engine_reference). Two older names stay, each what it was, because saved
 scenarios, checkpoints and verdicts use them:
 
 - ``vllm``: the arithmetic of vLLM's Triton ``_per_token_group_quant_fp8`` in releases before 0.33
@@ -49,6 +49,7 @@ from __future__ import annotations
 from .engine_flavors import (
     DEEPGEMM,
     ENGINE_FLAVORS,
+    FLASHINFER_SM90,
     SGLANG_TRITON,
     SGLANG_TRITON_COLMAJOR,
     VLLM_CUDA,
@@ -65,6 +66,7 @@ __all__ = [
     "AITER_TRITON",
     "DEEPGEMM",
     "DEEPSEEK",
+    "FLASHINFER_SM90",
     "FLAVORS",
     "SGLANG_TRITON",
     "SGLANG_TRITON_COLMAJOR",

@@ -75,10 +75,18 @@ def _scale(amax: torch.Tensor, fmt_max: float, flavor: QuantFlavor) -> torch.Ten
     if flavor.scale_rule == "torch_scalar_divide":
         # Literally what the torch code writes, so each device rounds it as it does there.
         return amax / fmt_max
+    if flavor.scale_rule == "reciprocal_of_multiplier":
+        return torch.reciprocal(_max_div_amax(amax, fmt_max))
     # Divide by a full tensor, not a Python scalar: CUDA torch turns `t / scalar` into `t * (1/scalar)`,
     # which is not the correctly rounded quotient (the CPU divides exactly), so scales would differ by
     # an ulp between devices.
     return amax / torch.full_like(amax, fmt_max)
+
+
+def _max_div_amax(amax: torch.Tensor, fmt_max: float) -> torch.Tensor:
+    """fp32(fmt_max / amax), one rounding, and 1 where amax is 0 (``amax != 0 ? 448.f / amax : 1.f``)."""
+    multiplier = torch.full_like(amax, fmt_max) / amax
+    return torch.where(amax == 0, torch.ones_like(amax), multiplier)
 
 
 def _quotient(
@@ -90,6 +98,8 @@ def _quotient(
     if flavor.quotient == "times_max_over_amax" and not ue8m0:
         # torch's `448.0 / amax` is `amax.reciprocal() * 448.0`: two roundings, then the product with x
         return view * (amax.reciprocal() * fmt_max)
+    if flavor.quotient == "times_max_div_amax":
+        return view * _max_div_amax(amax, fmt_max)
     return view * (1.0 / scale)
 
 

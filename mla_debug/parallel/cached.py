@@ -144,11 +144,6 @@ class ReusedLinear(QuantizedLinear):
         self._direct[key] = (state, result, result[0]._version)
         return result
 
-    def release_memory(self) -> None:
-        """Drop the decoded weights (the large part); results and load-time state stay."""
-        self.block.read_cache.clear()
-        self._direct.clear()
-
 
 def _same_state(a: tuple, b: tuple) -> bool:
     return a[0] is b[0] and a[1] == b[1] and a[2] == b[2] and a[3] is b[3]
@@ -188,8 +183,9 @@ class CachedExecutor:
     """Builds and runs one layer (config, checkpoint, platform, dtype) under many scenarios and TP sizes,
     sharing loaded linears by `LinearKey` and GEMM results by input content.
 
-    Decoded weights are the bulk of the memory, so only those of the most recent TP size are kept:
-    a triage finishes one TP size (its runs and bisections) before the next.
+    Loaded linears (their re-laid bytes, decoded weights and results) are the bulk of the memory, so
+    only those of the most recent TP size are kept: a triage finishes one TP size (its runs and
+    bisections) before the next, and going back to a TP size loads its linears again.
     """
 
     def __init__(self, cfg, ckpt, platform, dtype: torch.dtype = torch.bfloat16) -> None:
@@ -255,13 +251,12 @@ class CachedExecutor:
 
     # -- running -------------------------------------------------------------------------------------
     def focus(self, tp: int) -> None:
-        """Keep decoded weights for `tp` only (see the class docstring)."""
+        """Keep the loaded linears of `tp` only (see the class docstring)."""
         if self._focus == tp:
             return
         self._focus = tp
-        for key, linear in self._linears.items():
-            if key.tp != tp and isinstance(linear, ReusedLinear):
-                linear.release_memory()
+        for key in [key for key in self._linears if key.tp != tp]:
+            del self._linears[key], self._weights[key]
 
     def run(
         self,

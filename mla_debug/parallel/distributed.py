@@ -94,12 +94,6 @@ def _worker(rank: int, world: int, port: int, payload: dict, results, threads: i
                 payload["dtype"],
             )
             layer = builder.rank_layer(rank)
-            if payload.get("fail_rank") == rank:  # fault injection, used to test the error path
-                raise RuntimeError(f"injected failure on rank {rank}")
-            if payload.get("crash_rank") == rank:  # a rank dying without a word to the parent
-                print(f"rank {rank} is about to crash", flush=True)
-                os.write(2, f"native message from rank {rank}\n".encode())
-                os._exit(70)
             steps = run_steps(
                 [layer],
                 payload["hidden"].to(device),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .behaviour import ModelBehaviour
 from .citations import Engine, Source
 from .lookup import scenario, scenario_names
+from .reachability import Evidence, Reach, Reachability
 from .resolution import AppliedRule, Resolution, SettingInEffect
 from .rules import Rule, When
 from .scenario import Scenario
@@ -18,7 +19,10 @@ __all__ = [
     "SCENARIOS",
     "AppliedRule",
     "Engine",
+    "Evidence",
     "ModelBehaviour",
+    "Reach",
+    "Reachability",
     "Resolution",
     "Rule",
     "Scenario",

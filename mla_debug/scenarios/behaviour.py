@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 # How W_UK / W_UV are built from kv_b_proj's raw bytes for absorbed decode (see `model.absorbed`).
-ABSORBED_WEIGHT_DTYPES = ("fp32", "bf16", "fp8-per-tensor")
+ABSORBED_WEIGHT_DTYPES = ("fp32", "bf16", "fp8-per-tensor", "fp8-per-tensor-from-bf16")
 # How the absorbed-decode BMMs multiply those weights.
-ABSORBED_BMMS = ("dequantized", "fp8-group-quant")
+ABSORBED_BMMS = ("dequantized", "fp8-group-quant", "fp8-group-quant-uk")
+# Where the values W_UK / W_UV start from: kv_b_proj's bytes read directly, or its kernel run on an identity.
+ABSORBED_SOURCES = ("direct-read", "kernel-identity")
 # The order of a load's steps (see `parallel.build`).
 LOAD_ORDERS = ("standard", "remote-kv")
 # When the standard loader derives W_UK / W_UV, relative to the kernels' load-time weight processing.
@@ -21,6 +23,7 @@ ABSORBED_DERIVATIONS = ("after-kernel-load", "before-kernel-load")
 CHOICES: dict[str, tuple[str, ...]] = {
     "absorbed_weight_dtype": ABSORBED_WEIGHT_DTYPES,
     "absorbed_bmm": ABSORBED_BMMS,
+    "absorbed_weights_via": ABSORBED_SOURCES,
     "load_order": LOAD_ORDERS,
     "absorbed_weights_derived": ABSORBED_DERIVATIONS,
 }
@@ -61,14 +64,24 @@ class ModelBehaviour:
 
     absorbed_weight_dtype: how W_UK / W_UV are built from kv_b_proj's raw bytes for absorbed decode -
         "fp32" (the block-dequantized weight as is), "bf16" (vLLM 0.33.0: dequantized at the activation
-        dtype) or "fp8-per-tensor" (SGLang 0.5.23 on HIP: kv_b_proj re-quantized to one per-tensor FP8
-        scale). The rules and their sources are in `model.absorbed`.
+        dtype), "fp8-per-tensor" (SGLang 0.5.23 on HIP: kv_b_proj re-quantized to one per-tensor FP8
+        scale) or "fp8-per-tensor-from-bf16" (vLLM 0.33.0 with ``VLLM_ROCM_USE_AITER_FP8BMM``: the bf16
+        W_UK and W_UV each re-quantized to FP8 with one scale of its own). The rules and their sources
+        are in `model.absorbed`.
     absorbed_bmm: how the absorbed-decode BMMs multiply W_UK / W_UV - "dequantized" (by the weight
-        values above, activations as they are) or "fp8-group-quant" (SGLang 0.5.23 with aiter on gfx95:
-        aiter's ``batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant``, which
-        quantizes the activation per 1x128 group inside the kernel). Like SGLang's own branch
-        (``rocm_absorb_q_bmm`` takes it for FP8 w_kc only), the FP8 BMM runs where the weights are
-        FP8 ("fp8-per-tensor" of a quantized kv_b_proj); other weights are multiplied dequantized.
+        values above, activations as they are), "fp8-group-quant" (SGLang 0.5.23 with aiter on gfx95,
+        vLLM 0.33.0 with ``VLLM_ROCM_USE_AITER_FP8BMM``: aiter's
+        ``batched_gemm_a8w8_a_per_token_group_prequant_w_per_batched_tensor_quant``, which quantizes the
+        activation per 1x128 group inside the kernel) or "fp8-group-quant-uk" (SGLang 0.5.23 on gfx942
+        under CUDA graphs: that BMM for W_UK only, W_UV multiplied dequantized). Like SGLang's own
+        branch (``rocm_absorb_q_bmm`` takes it for FP8 w_kc only), the FP8 BMM runs where the weights
+        are FP8 (the "fp8-per-tensor" forms of a quantized kv_b_proj); other weights are multiplied
+        dequantized.
+    absorbed_weights_via: where the values W_UK / W_UV are built from - "direct-read" (kv_b_proj's bytes
+        read as a plain matrix times the block scales) or "kernel-identity" (vLLM 0.33.0 for a
+        ``use_deep_gemm`` layer, on Hopper and Blackwell: ``get_and_maybe_dequant_weights`` runs the
+        linear's own kernel on an identity matrix, so the values are those of the weight as the kernel
+        holds it - re-quantized to ue8m0 for DeepGEMM - rounded to bf16 by the kernel's output).
     absorbed_weights_derived: when a standard load derives W_UK / W_UV - "after-kernel-load" (vLLM:
         ``MLAAttention.process_weights_after_loading`` runs after every linear's quant method, so it
         reads the bytes as the kernel left them) or "before-kernel-load" (SGLang: ``load_weights`` ends
@@ -111,6 +124,7 @@ class ModelBehaviour:
     v3_fused_transpose_scale: bool = False
     absorbed_weight_dtype: str = "fp32"
     absorbed_bmm: str = "dequantized"
+    absorbed_weights_via: str = "direct-read"
     absorbed_weights_derived: str = "after-kernel-load"
     load_order: str = "standard"
     honours_rope_interleave: bool = True

@@ -1,34 +1,63 @@
 """Where a profile's facts come from: the engine a profile models and the source each rule cites.
 
-An engine profile models one release of a serving engine; every rule and setting in it names the file
-and function of that release it was read from (`Source`), so a reader can check it and a test can hold
-it to the released code (the cited file must exist in the wheel and name the function).
+An engine profile models one release of a serving engine; every rule and setting in it names the file,
+function and lines of that release it was read from (`Source`), so a reader can check it and a test can
+hold it to the released code (the cited file must exist in the wheel, name the function, and the lines
+must lie in that function or name it).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from .checks import reject_unknown, type_error
 
+# "255", "1151, 1213-1214": line numbers and inclusive ranges, comma-separated.
+_LINES = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
+
+
+def parse_lines(where: str, text: str) -> tuple[tuple[int, int], ...]:
+    """``"1151, 1213-1214"`` as ((1151, 1151), (1213, 1214)); a ValueError naming `where` otherwise."""
+    if not isinstance(text, str) or not _LINES.match(text):
+        raise type_error(where, "source.lines", text, "line numbers or ranges, e.g. '255' or '1151, 1213-1214'")
+    out = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        start, end = int(first), int(last or first)
+        if not 1 <= start <= end:
+            raise ValueError(f"{where}: source.lines {part.strip()!r} is not a range of line numbers from 1 up")
+        out.append((start, end))
+    return tuple(out)
+
 
 @dataclass(frozen=True)
 class Source:
     """One place in a released package: ``package`` as pip names it (``vllm``), its ``version``, the
-    ``file`` inside the wheel (``vllm/envs.py``) and the ``function`` (or class, or variable) there."""
+    ``file`` inside the wheel (``vllm/envs.py``), the ``function`` (or class, or variable) there and the
+    ``lines`` of the file that say it (``"255"``, ``"1151, 1213-1214"``; empty where not given)."""
 
     package: str
     version: str
     file: str
     function: str
+    lines: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not self.lines:
+            del out["lines"]
+        return out
+
+    def line_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The cited lines as inclusive (first, last) ranges; () when none are cited."""
+        return parse_lines(str(self), self.lines) if self.lines else ()
 
     def __str__(self) -> str:
-        return f"{self.package} {self.version} {self.file}: {self.function}"
+        at = f":{self.lines.replace(' ', '')}" if self.lines else ""
+        return f"{self.package} {self.version} {self.file}{at}: {self.function}"
 
 
 @dataclass(frozen=True)
@@ -46,20 +75,29 @@ class Engine:
 
 
 def parse_source(where: str, value: Any) -> Source:
-    """A `Source` from ``{package, version, file, function}`` (all four non-empty strings)."""
-    expected = "a mapping {package, version, file, function} of non-empty strings"
+    """A `Source` from ``{package, version, file, function}`` (all four non-empty strings) and, optionally,
+    ``lines`` (line numbers or ranges: ``255``, ``"1151, 1213-1214"``)."""
+    expected = "a mapping {package, version, file, function, lines} of non-empty strings (lines optional)"
     if not isinstance(value, Mapping):
         raise type_error(where, "source", value, expected)
     names = [f.name for f in fields(Source)]
+    required = names[:4]
     reject_unknown(where, "source key(s)", value, names)
-    missing = [name for name in names if name not in value]
+    missing = [name for name in required if name not in value]
     if missing:
-        raise ValueError(f"{where}: source lacks {', '.join(missing)}; a source names {', '.join(names)}")
-    for name in names:
+        raise ValueError(
+            f"{where}: source lacks {', '.join(missing)}; a source names {', '.join(required)} (and lines)"
+        )
+    for name in required:
         text = value[name]
         if not isinstance(text, str) or not text.strip():
             raise type_error(where, f"source.{name}", text, "a non-empty string")
-    return Source(**{name: value[name] for name in names})
+    lines = value.get("lines", "")
+    if isinstance(lines, int) and not isinstance(lines, bool):
+        lines = str(lines)  # YAML reads `lines: 255` as a number
+    if lines != "":
+        parse_lines(where, lines)
+    return Source(**{name: value[name] for name in required}, lines=lines)
 
 
 def parse_engine(where: str, value: Any, inherited: Engine | None) -> Engine:

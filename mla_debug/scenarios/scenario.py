@@ -13,6 +13,7 @@ from typing import Any
 from ..kernels import KernelPolicy, Platform, TritonConfigTable, TunedTable, platform
 from .behaviour import ModelBehaviour
 from .citations import Engine
+from .reachability import Reachability
 from .resolution import AppliedRule, Resolution, SettingInEffect
 from .rules import Rule, apply_rules
 from .scenario_files import parse_scenario, read_scenario_file
@@ -80,6 +81,8 @@ class Scenario:
     upstream: str = ""
     fixed_by: str = ""
     engine: Engine | None = None
+    # A hazard file's verdict about its release (`reachability`): never inherited by a scenario built on it.
+    reachable: Reachability | None = None
     settings: dict[str, Setting] = field(default_factory=dict)
     chosen: dict[str, str] = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()
@@ -143,6 +146,8 @@ class Scenario:
             out["triton_configs"] = path if isinstance(path, str) else list(path)
         if self.upstream:
             out["upstream"] = self.upstream
+        if self.reachable is not None:
+            out["reachable"] = self.reachable.to_dict()
         if self.fixed_by:
             out["fixed_by"] = self.fixed_by
         if self.engine is not None:

@@ -44,6 +44,7 @@ from typing import Any
 from ..kernels import TritonConfigTable, TunedTable
 from . import checks
 from .citations import parse_engine
+from .reachability import parse_reachability
 from .rules import check_conditions, parse_rules
 from .settings import parse_settings
 
@@ -62,9 +63,12 @@ KEYS: dict[str, str] = {
     "engine": "a mapping {name, version}: the serving engine release a profile models",
     "settings": "a mapping {NAME: declaration {kind, default, values, says, source}, or a value}",
     "rules": "a list of rules {id, says, when, then, source}",
+    "reachable": "a mapping {verdict, tp_dependent, says, evidence}: whether a hazard's release reaches it",
 }
 # Fields of a resolved scenario that a file never gives and a base never passes on.
 _RESOLVED_ONLY = ("resolution", "origin", "resolved_on")
+# Fields a file gives that a base does not pass on: a claim about the file itself.
+_OWN_ONLY = ("reachable",)
 
 
 # -- files -----------------------------------------------------------------------------------------
@@ -73,6 +77,30 @@ _RESOLVED_ONLY = ("resolution", "origin", "resolved_on")
 def is_scenario_file_name(text: str) -> bool:
     """Whether `text` ends like a scenario file (.yml, .yaml or .json)."""
     return str(text).lower().endswith(SUFFIXES)
+
+
+def _unique_key_loader():
+    """yaml's SafeLoader refusing a key given twice in one mapping: plain YAML keeps the last one silently,
+    so a rule with two ``source`` keys (or a setting declared twice) would lose one without a word."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} appears twice in one mapping (first at line {seen[key] + 1}); YAML would keep "
+                        "only the last",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def read_scenario_file(path: str | os.PathLike) -> Any:
@@ -94,8 +122,8 @@ def read_scenario_file(path: str | os.PathLike) -> Any:
         import yaml
 
         try:
-            # safe_load, never yaml.load: a full loader can construct arbitrary Python objects.
-            data = yaml.safe_load(text)
+            # A SafeLoader, never yaml.load's full loader (which can construct arbitrary Python objects).
+            data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
         except yaml.YAMLError as err:
             raise ValueError(f"scenario file {path} is not valid YAML ({err})") from None
     if data is None:
@@ -179,7 +207,7 @@ def parse_scenario(
     for f in fields(cls):
         if f.name == "name":
             continue
-        if base is not None and f.name not in _RESOLVED_ONLY:
+        if base is not None and f.name not in _RESOLVED_ONLY + _OWN_ONLY:
             out[f.name] = getattr(base, f.name)
         elif f.default is not MISSING:
             out[f.name] = f.default
@@ -230,6 +258,8 @@ def parse_scenario(
         out["fixed_by"] = fixed_by
     if "engine" in data:
         out["engine"] = parse_engine(where, data["engine"], out["engine"])
+    if "reachable" in data:
+        out["reachable"] = parse_reachability(where, data["reachable"])
     if "settings" in data:
         out["settings"], out["chosen"] = parse_settings(where, data["settings"], out["settings"], out["chosen"])
     else:

@@ -24,8 +24,10 @@ from .scans import scan_figure, scan_lines
 from .tables import steps_styler, summary_styler
 from .timeline import short_name, step_bars, timeline
 from .trace_tables import kernel_table_styler, trace_diff_styler, trace_table_styler
+from .violations import violation_sentence
 
 __all__ = [
+    "violation_sentence",
     "block_heatmap",
     "capture_heatmap",
     "diff_lines",

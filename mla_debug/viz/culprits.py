@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..triage.changes import DISABLE_KERNEL, SET_SETTING, causes, describe
+from ..triage.changes import DISABLE_KERNEL, SET_SETTING, causes
 
 _MODE_ORDER = ("prefill", "decode")
 
@@ -48,14 +48,6 @@ def group_heading(group) -> str:
     diagnosis, said once; what restores it is in `action_lines`."""
     culprit = group.culprit
     return f"{culprit.layer} at {where_and_what(group.configs)[0]}: {causes(culprit.violations)}"
-
-
-def group_sentence(group) -> str:
-    """Diagnosis and headline remedy in one sentence; for one configuration exactly `Culprit.explanation`."""
-    culprit = group.culprit
-    if len(group.configs) == 1:
-        return culprit.explanation
-    return f"{group_heading(group)}; {describe(culprit.changes)} restores {where_and_what(group.configs)[1]}"
 
 
 @dataclass(frozen=True)

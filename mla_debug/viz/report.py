@@ -202,6 +202,7 @@ def _provenance(report: TriageReport) -> str:
         ("weights", p.weights.describe()),
         ("model, platform", f"{p.model} on {p.platform}"),
         ("scenario", f"{scenario.get('name')}: {scenario.get('description', '')}"),
+        *_reachable_row(scenario),
         ("inputs", f"{p.tokens} tokens at {positions_text(report.positions, p.tokens)}, seed {p.seed}"),
         ("device", p.device),
         ("threshold", f"max({p.divergence_factor:g} x floor, {p.min_threshold:g})"),
@@ -351,3 +352,12 @@ def write_html(report: TriageReport, path: str | os.PathLike) -> Path:
         out = md.write_html(md.load_triage("triage.json"), "triage.html")
     """
     return write_atomically(path, render_html(report))
+
+
+def _reachable_row(scenario: dict) -> list[tuple[str, str]]:
+    """A hazard file's claim about its release (``reachable``), when the scenario makes one."""
+    reach = scenario.get("reachable")
+    if not isinstance(reach, dict):
+        return []
+    tp = "depends on the TP size" if reach.get("tp_dependent") else "at every TP size"
+    return [("reachable in the release", f"{reach.get('verdict')}: {reach.get('says', '')} ({tp})")]

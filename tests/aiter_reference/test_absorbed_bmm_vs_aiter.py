@@ -87,3 +87,31 @@ def test_random_data_within_the_bound(seed, m, b, n, k):
     for name, y in (("aiter", run_aiter(x, w, scale)), ("ours", ours(x, w, scale))):
         excess = (y.double() - exact).abs() - bound
         assert (excess <= 0).all(), f"{name}: {int((excess > 0).sum())} outputs beyond the bound"
+
+
+def test_vllms_call_of_the_same_kernel_agrees_bitwise():
+    """vLLM 0.33.0's ``rocm_aiter_ops.triton_fp8_bmm`` (``VLLM_ROCM_USE_AITER_FP8BMM``) calls the same kernel with
+    the heads first - X (N heads, B tokens, K), ``transpose_bm=True``, ``transpose_bm_in`` left False - and reads
+    the output as (B, N, ...) (``mla_attention.py``, ``forward_impl`` and ``_v_up_proj``)."""
+    require_aiter()
+    gen = torch.Generator().manual_seed(1)
+    m, b, n, k = 3, 2, 32, 512  # the v side: K = kv_lora_rank, four groups
+    codes = torch.randint(-8, 9, (b, m, k), generator=gen).float()
+    codes[..., ::128] = 448.0
+    x = (codes * 2.0**-7).to(torch.bfloat16)
+    w = torch.randint(-6, 7, (b, n, k), generator=gen).float().to(torch.float8_e4m3fn)
+    scale = torch.tensor(2.0**-3)
+    device = triton_device()
+    op = getattr(load_module(MODULE, "gfx950"), OP)
+    with triton_semantics():
+        theirs = op(
+            x.to(device),
+            w.to(device),
+            scale.to(device),
+            group_size=128,
+            dtype=torch.bfloat16,
+            transpose_bm=True,
+            config=dict(CONFIG),
+        ).cpu()
+    assert tuple(theirs.shape) == (m, b, n)
+    assert_same_bits(ours(x.transpose(0, 1), w, scale), theirs, "vLLM's call")

@@ -10,8 +10,9 @@ reproduce its ROCm bits exactly there; these checks bound that instead of asking
   approximate rsqrt and divisions), one code per byte, one bf16 ulp per normalized value;
 - the GEMM, whose arithmetic has no division, bit for bit where fp32 is exact, and within the fp32 +
   tensor-core bound on DeepSeek-V3 shapes;
-- a DeepSeek-V3 triage on the GPU with aiter's Triton GEMM in the plain-kernel slot finds PR #51692's
-  kv_b_proj defect at TP4 decode, as the emulations do.
+- a DeepSeek-V3 triage on the GPU with aiter's Triton GEMM in PR #51692's plain-kernel slot finds the
+  kv_b_proj defect at TP4 decode, as the emulations do - from our preshuffled kernel: at TP4 no layer runs
+  aiter's GEMM (test_triage_through_aiter has the triage whose diverging step aiter's kernel consumes).
 No hypothesis here: the GPU image lacks it.
 """
 
@@ -97,7 +98,7 @@ def test_gemm_deepseek_v3_shapes_within_the_bound(n, k, m):
     assert ((theirs.double() - exact).abs() <= bound).all()
 
 
-def test_deepseek_v3_triage_through_aiters_triton_gemm_finds_the_kv_b_proj_defect():
+def test_deepseek_v3_triage_with_aiters_gemm_in_the_plain_slot_finds_our_kernels_kv_b_proj_defect():
     require_aiter()
     scen = md.scenario(
         {
@@ -108,7 +109,11 @@ def test_deepseek_v3_triage_through_aiters_triton_gemm_finds_the_kv_b_proj_defec
     )
     result = md.triage("deepseek-v3", "h200", scen, tp_sizes=(1, 4), modes=("decode",), tokens=8, progress=False)
     assert result.device == "cuda"
-    chosen = {choice.kernel for c in result.configs for choice in c.diff.run.kernels.values()}
-    assert "aiter-triton-blockscale" in chosen, chosen
+    aiters = {
+        c.tp: sorted(name for name, choice in c.diff.run.kernels.items() if choice.kernel == "aiter-triton-blockscale")
+        for c in result.configs
+    }
+    assert aiters == {1: ["kv_b_proj", "q_b_proj"], 4: []}  # aiter's GEMM runs only where the preshuffle refuses
     assert [(c.tp, c.mode) for c in result.configs if c.verdict == "diverged"] == [(4, "decode")]
     assert [c.layer for c in result.culprits] == ["kv_b_proj"]
+    assert result.config(4, "decode").diff.run.kernels["kv_b_proj"].kernel == "triton-bpreshuffle"

@@ -8,7 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (the dev extra)
+    import tomli as tomllib
 from aiter_ref import require_aiter
 
 from mla_debug import real_aiter

@@ -19,7 +19,7 @@ TOKENS = 12
 KEPT = (1, 4, 5, 11)
 
 
-def tiny_config(dtype: torch.dtype = torch.float32):
+def tiny_config(dtype: torch.dtype = torch.float32, layers: int = 2, kv_lora_rank: int = 128):
     """8 heads (so TP 2 and 4 split them), the real head dims P=R=V=64 scaled down, dense MLPs only."""
     import transformers
 
@@ -28,8 +28,8 @@ def tiny_config(dtype: torch.dtype = torch.float32):
         hidden_size=256,
         intermediate_size=256,
         moe_intermediate_size=64,
-        num_hidden_layers=2,
-        first_k_dense_replace=2,
+        num_hidden_layers=layers,
+        first_k_dense_replace=layers,
         n_routed_experts=4,
         num_experts_per_tok=2,
         n_group=1,
@@ -37,7 +37,7 @@ def tiny_config(dtype: torch.dtype = torch.float32):
         num_attention_heads=8,
         num_key_value_heads=8,
         q_lora_rank=128,
-        kv_lora_rank=128,
+        kv_lora_rank=kv_lora_rank,
         qk_nope_head_dim=32,
         qk_rope_head_dim=32,
         v_head_dim=32,
@@ -49,11 +49,12 @@ def tiny_config(dtype: torch.dtype = torch.float32):
     return config
 
 
-def save_tiny_model(folder: Path, dtype: torch.dtype = torch.float32, seed: int = 0) -> Path:
+def save_tiny_model(folder: Path, dtype: torch.dtype = torch.float32, seed: int = 0, **config) -> Path:
+    """The tiny model saved as a Hugging Face folder; `config` goes to `tiny_config` (layers, kv_lora_rank)."""
     import transformers
 
     torch.manual_seed(seed)
-    model = transformers.DeepseekV3ForCausalLM(tiny_config(dtype)).to(dtype).eval()
+    model = transformers.DeepseekV3ForCausalLM(tiny_config(dtype, **config)).to(dtype).eval()
     with torch.no_grad():  # norm weights other than ones, so the norms are really exercised
         for name, param in model.named_parameters():
             if name.endswith("layernorm.weight"):
@@ -66,8 +67,11 @@ def input_ids() -> torch.Tensor:
     return (torch.arange(TOKENS) * 7 % 96).unsqueeze(0)
 
 
-def run_torchrun(model_dir: Path, out: Path, tp_size: int, tokens: str = "all", timeout: float = 240) -> None:
-    """Capture layer LAYER at `tp_size` through transformers' own tensor parallelism (gloo on CPU)."""
+def run_torchrun(
+    model_dir: Path, out: Path, tp_size: int, tokens: str = "all", timeout: float = 240, extra: tuple[str, ...] = ()
+) -> None:
+    """Capture layer LAYER at `tp_size` through transformers' own tensor parallelism (gloo on CPU);
+    `extra` are tp_capture_run.py's options (--layers, --plant)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -75,7 +79,7 @@ def run_torchrun(model_dir: Path, out: Path, tp_size: int, tokens: str = "all", 
     }
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={tp_size}",
-        str(TP_SCRIPT), str(model_dir), str(out), tokens,
+        str(TP_SCRIPT), str(model_dir), str(out), tokens, *extra,
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:

@@ -129,3 +129,45 @@ def test_a_bounded_tp2_capture_keeps_the_chosen_rows_of_every_activation(tp1, tp
         assert rel_l2(ours, full[kept]) < FP32_BOUND, name
     for name in tp1.names(TensorRole.WEIGHT):
         assert torch.equal(as_bytes(tp2_kept.gathered(name)), as_bytes(tp1.gathered(name))), name
+    # The rows left out are keys of the kept ones: kept as the context, up to the last kept position.
+    left_out = [t for t in range(max(KEPT) + 1) if t not in KEPT]
+    assert tp2_kept.gathered("context.positions").tolist() == left_out
+    assert rel_l2(tp2_kept.gathered("context.input"), tp1.hidden[left_out]) < FP32_BOUND
+    assert tp2_kept.manifest.key_positions == tuple(range(max(KEPT) + 1))
+
+
+def test_a_decode_call_is_captured_with_the_kv_context_it_read(model_dir, tmp_path):
+    """generate() calls the layer once for the prompt and once per new token; the decode call reads the
+    prompt's keys from transformers' cache (where kv_b_proj runs over every cached latent row)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    with (
+        md.capture(model, tmp_path / "prefill", layer=LAYER, call=0),
+        md.capture(model, tmp_path / "decode", layer=LAYER, call=1),
+        torch.no_grad(),
+    ):
+        model.generate(input_ids(), max_new_tokens=2, do_sample=False)
+    prefill, decode = md.load_capture(tmp_path / "prefill"), md.load_capture(tmp_path / "decode")
+    assert (prefill.manifest.mode, decode.manifest.mode) == ("prefill", "decode")
+    assert prefill.manifest.key_positions == tuple(range(TOKENS)) and "context.input" not in prefill.names()
+    assert decode.manifest.positions == (TOKENS,)
+    assert decode.manifest.key_positions == tuple(range(TOKENS + 1))
+    # The context is the prompt call's layer input, copied: byte for byte.
+    assert torch.equal(as_bytes(decode.gathered("context.input")), as_bytes(prefill.hidden))
+    assert decode.gathered("context.positions").tolist() == list(range(TOKENS))
+    # kv_b_proj ran over 13 cached rows; the capture keeps the decode row's.
+    kv_b = decode.rank(0)["kv_b_proj.output"]
+    assert kv_b.tensor.shape[0] == 1 and "kept at the call's positions" in kv_b.attrs["rows"]
+
+
+def test_a_capture_entered_after_the_prompt_knows_the_keys_it_lacks(model_dir, tmp_path):
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    ids = input_ids()
+    with torch.no_grad():
+        first = model(ids, use_cache=True)
+        following = first.logits[:, -1:].argmax(-1)
+        with md.capture(model, tmp_path / "decode", layer=LAYER):
+            model(following, cache=first.past_key_values, position_ids=torch.tensor([[TOKENS]]))
+    decode = md.load_capture(tmp_path / "decode")
+    assert decode.manifest.mode == "decode"
+    assert decode.manifest.key_positions == tuple(range(TOKENS + 1))
+    assert "context.input" not in decode.names()  # the prompt ran before the capture was entered

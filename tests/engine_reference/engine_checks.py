@@ -9,12 +9,13 @@ from engine_quantizers import EngineQuantizer
 import mla_debug as md
 
 
-def run_engine(quantizer: EngineQuantizer, x: torch.Tensor, dtype: torch.dtype, ue8m0: bool):
-    """(q, logical scale (M, G)) from the engine's own function. Triton kernels run under the CPU
-    interpreter with compiled Triton's rounding (tests/aiter_reference/interpreter_casts.py)."""
+def run_engine(quantizer: EngineQuantizer, x: torch.Tensor, dtype: torch.dtype, ue8m0: bool, keep_layout: bool = False):
+    """(q, logical scale (M, G)) from the engine's own function - the scale as the engine laid it out with
+    `keep_layout`, else contiguous. Triton kernels run under the CPU interpreter with compiled Triton's
+    rounding (tests/aiter_reference/interpreter_casts.py)."""
     if quantizer.runs_on != "triton":
         q, scale = quantizer.run(x, dtype, ue8m0)
-        return q, scale.contiguous()
+        return q, scale if keep_layout else scale.contiguous()
     if torch.cuda.is_available():
         pytest.skip(
             "with a CUDA GPU Triton compiles the engines' kernels, whose fp32 `/` is approximate; the byte-exact "
@@ -29,11 +30,16 @@ def run_engine(quantizer: EngineQuantizer, x: torch.Tensor, dtype: torch.dtype, 
         pytest.skip(f"Triton's CPU interpreter is not usable in this process ({triton_env.interpreter_error()})")
     with compiled_semantics():
         q, scale = quantizer.run(x, dtype, ue8m0)
-    return q, scale.contiguous()
+    return q, scale if keep_layout else scale.contiguous()
 
 
 def ours(x: torch.Tensor, dtype: torch.dtype, flavor: str, ue8m0: bool) -> md.QuantizedActivation:
-    return md.quantize_groups(x, 128, fmt=dtype, flavor=flavor, ue8m0=ue8m0)
+    """`flavor`'s quantization of x, with the scale order that runs that flavor's own kernel: a flavor naming
+    one kernel of an engine function that picks its kernel by the scale order (SGLang's column-major one)
+    writes that order, or quantize_groups would run the function's other kernel."""
+    by_order = md.numerics.quant_flavor(flavor).by_scale_order
+    layout = "col_major_strided" if by_order is not None and by_order[1] == flavor else "row_major"
+    return md.quantize_groups(x, 128, fmt=dtype, flavor=flavor, ue8m0=ue8m0, scale_layout=layout)
 
 
 def first_differences(a: torch.Tensor, b: torch.Tensor, what: str, any_nan: bool = False) -> str | None:

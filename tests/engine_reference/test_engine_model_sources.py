@@ -143,3 +143,35 @@ def test_sglang_per_tensor_requant_on_hip():
     requant = function_source("sglang", "sglang/srt/layers/quantization/fp8_utils.py", "block_quant_to_tensor_quant")
     assert "else input_to_float8(x_dq_block, dtype=x_q_block.dtype)" in requant
     assert "fp8_max = 224.0" in source("sglang", "sglang/kernels/ops/quantization/fp8_kernel.py")
+
+
+def test_sglang_sharded_state_loader_processes_then_copies_then_derives():
+    sharded = function_source("sglang", "sglang/srt/model_loader/loader.py", "ShardedStateLoader.load_model")
+    assert in_order(
+        sharded,
+        "quant_method.process_weights_after_loading(module)",
+        "param_data.copy_(tensor)",
+        "post_load_weights(model)",
+    )
+    # what it copies in is what save_model wrote: the state dict of a running, processed model
+    saved = function_source("sglang", "sglang/srt/model_loader/loader.py", "ShardedStateLoader.save_model")
+    assert "state_dict = ShardedStateLoader._filter_subtensors(model.state_dict())" in saved
+
+
+def test_sglang_remote_instance_loader_receives_processed_weights_then_derives():
+    member = "sglang/srt/model_loader/loader.py"
+    for method in ("load_model_from_remote_instance_by_nccl", "load_model_from_remote_instance_by_transfer_engine"):
+        body = function_source("sglang", member, f"RemoteInstanceModelLoader.{method}")
+        assert "process_weights_after_loading" not in body
+        received = "torch.distributed.broadcast(" if method.endswith("nccl") else "batch_transfer_sync_read("
+        assert in_order(body, received, "post_load_weights(model)")
+    load = function_source("sglang", member, "RemoteInstanceModelLoader.load_model")
+    assert "process_weights_after_loading" not in load
+
+
+def test_sglang_gfx942_q_side_fp8_bmm_under_cuda_graphs():
+    member = "sglang/srt/models/deepseek_common/attention_forward_methods/forward_mla_rocm.py"
+    q_bmm = function_source("sglang", member, "rocm_absorb_q_bmm")
+    assert "is_capture_mode and attn.w_kc.dtype == torch.float8_e4m3fnuz" in q_bmm
+    prepare = function_source("sglang", member, "DeepseekMLARocmForwardMixin.forward_absorb_rocm_prepare")
+    assert "rocm_absorb_q_bmm( self, q_nope, is_capture_mode=get_is_capture_mode()" in " ".join(prepare.split())

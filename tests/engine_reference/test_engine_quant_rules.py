@@ -179,11 +179,22 @@ def test_every_engine_flavor_cites_release_file_and_function(flavor):
     """`models` names the release, files that exist in its wheel (or, for C++, the source path) and functions
     those files define."""
     models = FLAVORS[flavor].models
-    cited = re.findall(r"(vLLM 0\.33\.0|SGLang 0\.5\.23) ((?:vllm|sglang|csrc)/[\w/]+\.(?:py|cu))", models)
+    cited = re.findall(
+        r"(vLLM 0\.33\.0|SGLang 0\.5\.23|FlashInfer 0\.7\.2\.post1) ((?:vllm|sglang|csrc|flashinfer)/[\w/]+\.(?:py|cuh|cu))",
+        models,
+    )
     assert cited, models
     for release, path in cited:
         if path.startswith("csrc/"):
             assert "oracle" in models, "a C++ source outside the wheel is checked against an oracle, and says so"
+            continue
+        if release.startswith("FlashInfer"):
+            # CUDA source inside the wheel, run nowhere here: an oracle restates it (flashinfer_oracle)
+            assert "oracle" in models
+            engine_wheels.require("flashinfer-python")
+            text = engine_wheels.source("flashinfer-python", path)
+            kernels = re.findall(r"\b([a-z][a-z0-9]*_[a-z0-9_]+)\b", models.split(path, 1)[1].split(",")[0])
+            assert any(f"__global__ void {name}(" in text for name in kernels), kernels
             continue
         package = "vllm" if release.startswith("vLLM") else "sglang"
         engine_wheels.require(package)

@@ -39,3 +39,22 @@ def test_explain_names_the_story_and_a_clean_capture_gets_none(samples, capsys):
 def test_bad_arguments_are_one_line_errors(samples, capsys):
     assert main(["capture", "diff", str(samples / "tp2")]) == 2
     assert "give a second capture B, or --reference" in capsys.readouterr().err
+
+
+def test_a_result_written_by_the_previous_schema_still_loads(samples, tmp_path):
+    """data/captures/explanation-schema1.json: `capture explain ... --json` as schema 1 wrote it."""
+    from mla_debug.explain.diff import StepVerdict
+    from mla_debug.explain.explain import CaptureExplanation, Outcome
+    from mla_debug.explain.stories import StoryKind
+    from mla_debug.explain.truth import TruthSource
+    from mla_debug.explain.untestable import Untestable
+
+    old = CaptureExplanation.load(samples / "explanation-schema1.json")
+    assert old.truth.source is TruthSource.UNRECORDED and old.diff.truth.source is TruthSource.UNRECORDED
+    assert old.of("kv_b_proj").story == (StoryKind.WEIGHT_RELAID_READ_PLAIN,)
+    assert old.diff.step("kv_b_proj").verdict is StepVerdict.DIVERGED
+    assert old.diff.step("q_b_proj").verdict is StepVerdict.AGREES
+    assert old.of("layer").untestable is Untestable.NOT_RECOMPUTED
+    assert old.of("o_proj").outcome is Outcome.CORRECT_FROM_INPUTS
+    again = CaptureExplanation.load(old.to_json(tmp_path / "now.json"))
+    assert again == old and json.loads((tmp_path / "now.json").read_text())["schema"] == 2

@@ -14,6 +14,7 @@ import mla_debug as md
 from mla_debug.explain.diff import ByteRelation, CaptureDiff, Difference, LayoutBase
 from mla_debug.explain.explain import CaptureExplanation, Outcome
 from mla_debug.explain.stories import StoryKind
+from mla_debug.explain.truth import TruthSource
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +53,24 @@ def shuffle(module_name: str, times: int):
 def test_clean_captures_agree_and_get_no_story(folder, weights, tokens, clean_tp2):
     clean_tp4 = hf_engine.capture(weights, 4, *tokens, folder())
     diff = md.diff_captures(clean_tp2, clean_tp4)
-    assert diff.base is LayoutBase.CHECKPOINT
+    assert diff.truth.source is TruthSource.SIDES_AGREE
     assert diff.diverged_steps == []
     assert all(w.difference is Difference.NONE for w in diff.weights)
     assert {s.step for s in diff.steps} >= {"q_b_proj", "kv_b_proj", "o_proj", "layer"}
     for capture in (clean_tp2, clean_tp4):
         explanation = md.explain_capture(capture)
-        assert explanation.stories == [] and explanation.unexplained == []
+        assert explanation.stories == [] and explanation.unexplained == [] and explanation.untested == []
 
 
 def test_weight_shuffled_once_under_a_plain_reader_is_found_and_named(folder, weights, tokens, clean_tp2):
     bad = hf_engine.capture(weights, 4, *tokens, folder(), plant=shuffle("kv_b_proj", 1))
-    diff = md.diff_captures(clean_tp2, bad)
+    # At 256-byte rows a (16, 16) shuffle is its own inverse: without a checkpoint, nothing in the bytes says
+    # which side holds the plain ones, and the diff says so instead of taking a's as the checkpoint.
+    undecided = md.diff_captures(clean_tp2, bad)
+    assert undecided.truth.source is TruthSource.UNDECIDED and undecided.truth.disputed == ("kv_b_proj.weight",)
+    assert undecided.weight("kv_b_proj.weight").base is LayoutBase.OTHER_SIDE
+    assert undecided.first_divergent.step == "kv_b_proj"
+    diff = md.diff_captures(clean_tp2, bad, clean_tp2.checkpoint())
     assert diff.first_divergent.step == "kv_b_proj"
     kv_b = diff.weight("kv_b_proj.weight")
     assert kv_b.difference is Difference.LAYOUT

@@ -128,3 +128,39 @@ def test_vllm_triton_and_cuda_scales_are_one_ulp_apart_in_about_half_the_groups(
     cuda = group_quantize(x.to(torch.bfloat16), flavor="vllm-cuda")[1]
     ulps = (triton.view(torch.int32) - cuda.view(torch.int32)).abs()
     assert ulps.max() <= 1 and 0.25 < (ulps == 1).float().mean() < 0.75
+
+
+# -- FlashInfer's own input quant and the per-scale-order flavors ------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(amax=st.floats(2.0**-100, 2.0**100, width=32), x=st.floats(-1.0, 1.0, width=32))
+def test_flashinfer_multiplies_by_one_division_and_stores_its_reciprocal(amax, x):
+    """`scale = 448.f / amax` (one fp32 rounding), `q = fp8(x * scale)`, stored `1.f / scale` - in float64
+    rounded to fp32 after each step, the exact emulation of fp32 arithmetic (tests/numerics/fp8_oracle.py)."""
+    row = torch.zeros(1, 128)
+    row[0, 0], row[0, 1] = amax, x * amax
+    q, scale, _ = group_quantize(row, flavor="flashinfer-sm90")
+    multiplier = f32(torch.tensor(448.0, dtype=torch.float64) / f32(torch.tensor(amax, dtype=torch.float64)))
+    expected = f32(f32(row[0, 1].double()) * multiplier).clamp(-448, 448).to(torch.float8_e4m3fn)
+    assert scale.item() == f32(1.0 / multiplier).item()
+    assert q[0, 1].view(torch.uint8).item() == expected.view(torch.uint8).item()
+
+
+def test_flashinfer_gives_an_all_zero_group_scale_one_and_has_no_floor():
+    x = torch.zeros(2, 128)
+    x[1, 5] = 1e-30  # far below every other flavor's amax floor
+    q, scale, _ = group_quantize(x, flavor="flashinfer-sm90")
+    assert scale[0].item() == 1.0 and (q[0].float() == 0).all()
+    assert q[1, 5].float().item() == 448.0
+    with pytest.raises(ValueError, match="flavor 'flashinfer-sm90' has no power-of-two scale form"):
+        group_quantize(x, flavor="flashinfer-sm90", ue8m0=True)
+    assert FLAVORS["flashinfer-sm90"].fmt_max(E4M3FNUZ) == 448.0  # FlashInfer writes e4m3fn only
+
+
+def test_a_flavor_per_scale_order_names_both_kernels_of_its_engine_function():
+    assert quant_flavor("sglang-triton").for_scale_order("col") == "sglang-triton-colmajor"
+    assert quant_flavor("sglang-triton-colmajor").for_scale_order("row") == "sglang-triton"
+    assert quant_flavor("vllm-triton").for_scale_order("col") == "vllm-triton"
+    with pytest.raises(ValueError, match="by_scale_order .* one of which is this flavor"):
+        QuantFlavor("mine", "test", 0.0, 0.0, "div", clamp=True, by_scale_order=("a", "b"))

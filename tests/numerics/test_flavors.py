@@ -57,7 +57,7 @@ def test_recipe_constants():
         "vllm": VLLM,
         "deepseek": DEEPSEEK,
     }
-    engine = {"vllm-native", "vllm-triton", "vllm-cuda", "sglang-triton", "sglang-triton-colmajor", "deepgemm"}
+    engine = {"vllm-native", "vllm-triton", "vllm-cuda", "sglang-triton", "sglang-triton-colmajor", "deepgemm", "flashinfer-sm90"}
     assert (
         set(FLAVORS)
         == {"aiter", "aiter-hip", "aiter-triton", "aiter-fused", "aiter-torch", "vllm", "deepseek"} | engine

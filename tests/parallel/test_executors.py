@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rank_faults import CrashOnRank, FailOnRank
 
 import mla_debug as md
 from mla_debug.parallel import RankError
@@ -104,14 +105,14 @@ def payload(tiny, **extra):
 
 def test_a_failing_rank_ends_the_run_with_its_error(tiny):
     with pytest.raises(RankError, match=r"rank 1 failed:(.|\n)*injected failure on rank 1") as caught:
-        run_ranks_distributed(payload(tiny, fail_rank=1), world=2, timeout=120)
+        run_ranks_distributed(payload(tiny, observers=(FailOnRank(1),)), world=2, timeout=120)
     assert (caught.value.rank, caught.value.cause) == (1, "raised")
     assert multiprocessing.active_children() == []
 
 
 def test_a_rank_that_dies_without_reporting_shows_its_own_output(tiny):
     with pytest.raises(RankError) as caught:
-        run_ranks_distributed(payload(tiny, crash_rank=1), world=2, timeout=120)
+        run_ranks_distributed(payload(tiny, observers=(CrashOnRank(1),)), world=2, timeout=120)
     error = caught.value
     assert (error.rank, error.cause, error.exitcode) == (1, "died", 70)
     message = str(error)

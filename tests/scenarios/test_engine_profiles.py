@@ -76,10 +76,39 @@ def test_vllm_with_aiter_on_gfx1250_puts_the_preshuffled_triton_gemm_first_honou
 @pytest.mark.parametrize(("platform", "e8m0"), [("h200", "1"), ("h200", "0"), ("b200", "1")])
 def test_vllm_on_nvidia_runs_deepgemm_with_ue8m0_scales_by_default(platform, e8m0):
     scen = resolved("vllm-0.33", platform, VLLM_USE_DEEP_GEMM_E8M0=e8m0)
-    assert scen.priority[0] == "deepgemm"
-    assert scen.kernel_options["deepgemm"] == {"ue8m0": e8m0 == "1"}
+    first = "flashinfer-deepgemm" if platform == "h200" else "deepgemm"
+    assert scen.priority[0] == first
+    assert scen.kernel_options[first] == {"ue8m0": e8m0 == "1", "flavor": "vllm-cuda"}
     without = resolved("vllm-0.33", platform, VLLM_USE_DEEP_GEMM="0")
     assert without.priority[0] == "cublas-blockwise"
+    assert without.behaviour.absorbed_weights_via == "direct-read"
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [{}, {"VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER": "0"}, {"flashinfer_kernels": "false"}, {"VLLM_BATCH_INVARIANT": "1"}],
+)
+def test_vllm_on_hopper_sends_small_m_to_flashinfer_unless_it_is_off(sets):
+    scen = resolved("vllm-0.33", "h200", **sets)
+    assert scen.behaviour.absorbed_weights_via == "kernel-identity"
+    if not sets:
+        assert scen.priority[:2] == ("flashinfer-deepgemm", "deepgemm")
+        assert "swap_ab_below" not in scen.kernel_options["flashinfer-deepgemm"]
+    elif "VLLM_BATCH_INVARIANT" in sets:
+        assert scen.kernel_options["flashinfer-deepgemm"]["swap_ab_below"] == 0
+    else:
+        assert scen.priority[0] == "deepgemm"
+
+
+def test_vllm_fp8_bmm_re_quantizes_w_uk_w_uv_per_tensor_on_rocm_with_aiter():
+    assert resolved("vllm-0.33", "mi300x", VLLM_ROCM_USE_AITER_FP8BMM="1").behaviour.absorbed_weight_dtype == "bf16"
+    for platform in ("mi300x", "mi355x"):
+        scen = resolved("vllm-0.33", platform, VLLM_ROCM_USE_AITER="1", VLLM_ROCM_USE_AITER_FP8BMM="1")
+        assert (scen.behaviour.absorbed_weight_dtype, scen.behaviour.absorbed_bmm) == (
+            "fp8-per-tensor-from-bf16",
+            "fp8-group-quant",
+        )
+        assert "rocm-aiter-fp8-bmm" in rules(scen)
 
 
 # -- SGLang 0.5.23 -----------------------------------------------------------------------------------
@@ -127,6 +156,26 @@ def test_sglang_remote_kv_loading_is_a_load_order():
     scen = resolved("sglang-0.5.23", "mi355x", **{"--load-format": "remote", "remote_connector": "kv"})
     assert scen.behaviour.load_order == "remote-kv" and rules(scen)[-1] == "remote-kv-load-order"
     assert resolved("sglang-0.5.23", "mi355x", **{"--load-format": "remote"}).behaviour.load_order == "standard"
+
+
+@pytest.mark.parametrize(
+    ("load_format", "rule"),
+    [("sharded_state", "sharded-state-load-order"), ("remote_instance", "remote-instance-load-order")],
+)
+def test_sglang_loaders_that_copy_a_processed_state_in_take_the_remote_kv_order(load_format, rule):
+    scen = resolved("sglang-0.5.23", "mi355x", **{"--load-format": load_format})
+    assert scen.behaviour.load_order == "remote-kv" and rules(scen)[-1] == rule
+
+
+def test_sglang_on_gfx942_multiplies_w_uk_in_fp8_under_cuda_graphs_with_or_without_aiter():
+    for aiter in ("0", "1"):
+        scen = resolved("sglang-0.5.23", "mi300x", SGLANG_USE_AITER=aiter)
+        assert scen.behaviour.absorbed_bmm == "fp8-group-quant-uk"
+        assert "mla-absorbed-fp8-bmm-gfx942-cuda-graph" in rules(scen)
+    eager = resolved("sglang-0.5.23", "mi300x", **{"--disable-decode-cuda-graph": "true"})
+    assert eager.behaviour.absorbed_bmm == "dequantized"
+    assert resolved("sglang-0.5.23", "mi355x", SGLANG_USE_AITER="1").behaviour.absorbed_bmm == "fp8-group-quant"
+    assert resolved("sglang-0.5.23", "mi355x").behaviour.absorbed_bmm == "dequantized"
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ import yaml
 
 import mla_debug as md
 from mla_debug.layouts import ViolationKind
+from mla_debug.scenarios.scenario_files import parse_scenario
 from mla_debug.triage.changes import BEHAVIOUR, HONOUR_FLAGS, SET_SETTING
 
 HAZARDS = Path(__file__).resolve().parents[2] / "data" / "engines" / "hazards"
@@ -137,3 +138,59 @@ def test_a_hazard_reproduces_its_divergence_and_the_release_is_clean(case):
     release = md.scenario(yaml.safe_load((HAZARDS / case.file).read_text())["base"])
     clean = md.triage(case.model, case.platform, release.with_settings(case.release_settings), **common)
     assert all(c.verdict == "ok" for c in clean.configs) and clean.culprits == []
+
+
+# -- whether the release reaches each hazard (the `reachable` key; its evidence is checked against the wheels in
+# test_profile_sources.py) ------------------------------------------------------------------------------------
+
+REACH = {
+    "vllm-gfx1250-kv-b-proj-preshuffled.yaml": ("latent", True),
+    "vllm-gfx1250-v41-wo-a-preshuffled.yaml": ("latent", True),
+    "sglang-remote-kv-gfx950.yaml": ("reachable", False),
+    "sglang-triton-row-major-scale.yaml": ("what-if", False),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.file.removesuffix(".yaml") for c in CASES])
+def test_a_hazard_says_whether_its_release_reaches_it(case):
+    hazard = md.scenario(HAZARDS / case.file)
+    verdict, tp_dependent = REACH[case.file]
+    assert (hazard.reachable.verdict.value, hazard.reachable.tp_dependent) == (verdict, tp_dependent)
+    assert hazard.reachable.evidence and all(e.source.lines for e in hazard.reachable.evidence)
+    # the TP dependence the file claims is the one its triage case shows
+    tps = {tp for tp, _ in case.diverged}
+    assert (tps != set(case.tp_sizes)) == tp_dependent or len(case.tp_sizes) == 1
+    # a what-if says so where a user sees it first
+    assert ("what-if" in hazard.description) == hazard.reachable.what_if
+    # a scenario built on a hazard makes no claim of its own
+    fields = parse_scenario(md.Scenario, {"name": "mine", "base": "hazard"}, None, lambda name: hazard)
+    assert fields["reachable"] is None and fields["rules"] == hazard.rules
+    assert md.Scenario.from_dict(hazard.to_dict()).reachable == hazard.reachable
+
+
+def test_nothing_in_vllm_0_33_marks_kv_b_proj_for_a_direct_read():
+    """The kv_b_proj hazard's premise: the flag PR #56433 added is in no file of the release."""
+    from engine_wheels import _zip, require
+
+    require("vllm")
+    archive = _zip("vllm")
+    named = [m for m in archive.namelist() if m.endswith(".py") and b"skip_weight_relayout" in archive.read(m)]
+    assert named == []
+
+
+def test_kv_b_proj_is_never_on_sglangs_triton_list_so_remote_kv_fails_at_every_tp():
+    from mla_debug.kernels.engine_rules import SGLANG_TRITON_SHAPES
+
+    assert all(k != 512 for _, k in SGLANG_TRITON_SHAPES)  # kv_b_proj's K is kv_lora_rank = 512 at every TP
+
+
+def test_a_reachable_key_is_validated():
+    base = {"name": "h", "base": "vllm-0.33"}
+    evidence = [{"says": "x", "source": {"package": "vllm", "version": "0.33.0", "file": "f.py", "function": "g"}}]
+    reach = {"verdict": "latent", "tp_dependent": True, "says": "x", "evidence": evidence}
+    with pytest.raises(ValueError, match="cites no lines"):
+        md.scenario({**base, "reachable": reach})
+    with pytest.raises(ValueError, match="reachable.verdict 'maybe' is not one of reachable, latent, what-if"):
+        md.scenario({**base, "reachable": {**reach, "verdict": "maybe"}})
+    with pytest.raises(ValueError, match="reachable lacks tp_dependent"):
+        md.scenario({**base, "reachable": {k: v for k, v in reach.items() if k != "tp_dependent"}})

@@ -100,16 +100,29 @@ def test_a_profile_cites_the_source_of_every_setting_and_rule():
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ({**SOURCE, "line": 3}, "unknown source key(s) line; valid: package, version, file, function"),
+        ({**SOURCE, "line": 3}, "unknown source key(s) line; valid: package, version, file, function, lines"),
         ({k: v for k, v in SOURCE.items() if k != "file"}, "source lacks file; a source names package, version"),
         ({**SOURCE, "function": ""}, "'source.function' must be a non-empty string, got ''"),
-        ("vllm/envs.py", "'source' must be a mapping {package, version, file, function}"),
+        ("vllm/envs.py", "'source' must be a mapping {package, version, file, function, lines}"),
+        ({**SOURCE, "lines": "12-"}, "'source.lines' must be line numbers or ranges, e.g. '255' or '1151, 1213-1214'"),
+        ({**SOURCE, "lines": "30-20"}, "source.lines '30-20' is not a range of line numbers from 1 up"),
+        ({**SOURCE, "lines": True}, "'source.lines' must be line numbers or ranges"),
     ],
 )
-def test_a_source_has_exactly_its_four_fields(source, message):
+def test_a_source_has_exactly_its_fields(source, message):
     with pytest.raises(ValueError, match="rule r") as err:
         load(with_rule(source=source))
     assert message in str(err.value)
+
+
+def test_a_source_cites_lines_as_numbers_or_ranges():
+    rule = load(with_rule(source={**SOURCE, "lines": 255})).rules[0]
+    assert rule.source.lines == "255" and rule.source.line_ranges() == ((255, 255),)
+    rule = load(with_rule(source={**SOURCE, "lines": "1151, 1213-1214"})).rules[0]
+    assert rule.source.line_ranges() == ((1151, 1151), (1213, 1214))
+    assert str(rule.source).endswith(":1151,1213-1214: " + SOURCE["function"])
+    assert rule.source.to_dict()["lines"] == "1151, 1213-1214"
+    assert "lines" not in load(with_rule(source=SOURCE)).rules[0].source.to_dict()
 
 
 @pytest.mark.parametrize(
@@ -162,3 +175,12 @@ def test_a_scalar_in_a_file_without_base_sets_nothing_undeclared():
     with pytest.raises(ValueError) as err:
         load({"name": "x", "settings": {"USE_AITER": "1"}})
     assert "settings: USE_AITER is not a declared setting; declared: (none: declare it as a mapping" in str(err.value)
+
+
+def test_a_key_given_twice_in_a_file_is_refused(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text(
+        "name: twice\nbase: vllm-0.33\nsettings: {VLLM_ROCM_USE_AITER: '1'}\nsettings: {VLLM_USE_DEEP_GEMM: '0'}\n"
+    )
+    with pytest.raises(ValueError, match=r"twice.yaml is not valid YAML .*key 'settings' appears twice in one mapping"):
+        md.Scenario.from_file(path)

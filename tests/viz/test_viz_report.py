@@ -142,3 +142,13 @@ def test_a_report_without_block_errors_renders_and_says_what_is_missing():
     assert text.count("Plotly.newPlot(") == len(r.modes)  # the TP x step heatmaps are still drawn
     no_provenance = render_html(dataclasses.replace(older, provenance=None, bisection=None))
     assert "Not recorded: this report was read from a schema 2 file" in no_provenance
+
+
+def test_a_hazards_claim_about_its_release_is_in_the_provenance():
+    from mla_debug.viz.report import _reachable_row
+
+    path = md.scenarios.data_folder() / "engines" / "hazards" / "sglang-triton-row-major-scale.yaml"
+    scenario = md.scenario(path).to_dict()
+    ((label, value),) = _reachable_row(scenario)
+    assert label == "reachable in the release" and value.startswith("what-if: no producer in SGLang 0.5.23")
+    assert _reachable_row(md.scenario("vllm-0.33").to_dict()) == []

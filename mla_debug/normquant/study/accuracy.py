@@ -95,15 +95,6 @@ def fp8_spacing(v: torch.Tensor, fmt: Fp8Format | str) -> torch.Tensor:
     return torch.exp2(e - 3)
 
 
-def bf16_spacing(y: torch.Tensor) -> torch.Tensor:
-    """Spacing of the bf16 grid around each value of `y` (8 significant bits; subnormals below 2^-126)."""
-    y = y.to(torch.float64).abs()
-    _, exponent = torch.frexp(y)
-    e = torch.clamp(exponent.to(torch.float64) - 1, min=-126.0)
-    e = torch.where(y > 0, e, torch.full_like(e, -126.0))
-    return torch.exp2(e - 7)
-
-
 def exact_scale(truth: torch.Tensor, fmt: Fp8Format | str, flavor: QuantFlavor | str, group_size: int = GROUP):
     """(M, G) float64: the scale an exact single-rounding quantizer would give each group of the truth,
     ``max(amax, floor) / fmt_max`` with the flavor's floor read as fp32 (as the kernels hold it)."""
