@@ -81,6 +81,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._checks import find
 from ..._json_numbers import float_from_json, float_to_json
 from ...scenarios import Resolution
 from ..bisection import BisectStats, Culprit, CulpritGroup, group_culprits
@@ -144,10 +145,7 @@ class TriageReport:
 
     # -- what a reader looks up --------------------------------------------------------------------
     def run(self, tp: int, mode: str) -> RunReport:
-        for r in self.runs:
-            if r.tp == tp and r.mode == mode:
-                return r
-        raise KeyError(f"no run at TP{tp} {mode}; have {[(r.tp, r.mode) for r in self.runs]}")
+        return find(self.runs, lambda r: (r.tp, r.mode), (tp, mode), f"no run at TP{tp} {mode}", "have")
 
     @property
     def caveats_recorded(self) -> bool:
