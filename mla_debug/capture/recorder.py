@@ -47,8 +47,8 @@ from .names import builtin_maps as _builtin_maps
 from .roles import Shard, TensorRole
 from .store import rank_folder_name, write_rank
 from .tensor_bytes import exact_copy
-from .tensor_facts import flags, installed_versions, local_tensor, module_facts
-from .types import AttrValue, CapturedTensor, CaptureManifest, EngineInfo, RankCapture
+from .tensor_facts import flags, installed_versions, local_tensor, module_facts, running_version
+from .types import AttrValue, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Unrecorded, UnrecordedReason
 
 # Activation scales are one value per group of this many features (docs/semantics.md §3).
 GROUP_SIZE = 128
@@ -205,9 +205,12 @@ class LayerCapture:
         self.close_after = close_after
         self.reduced = self.name_map.row_output_reduced if row_output_reduced is None else row_output_reduced
         self.tensors: dict[str, CapturedTensor] = {}
+        self.unrecorded: list[Unrecorded] = []
+        self.backend = self._backend_name()
         self.path: Path | None = None
         self._handles: list[Any] = []
         self._calls = 0
+        self._stashed: dict[str, tuple] = {}
         self._inside = False
         self._rows: int | None = None
         self._positions: list[int] | None = None
@@ -215,6 +218,26 @@ class LayerCapture:
         self._call_positions: list[int] | None = None
         self._context = ContextRows()
         self._open = False
+
+    def _backend_name(self) -> str | None:
+        """The engine's attention backend where the map says where to ask (vLLM: get_name())."""
+        if not self.name_map.backend_path:
+            return None
+        backend = _resolve(self.attention, self.name_map.backend_path)
+        get_name = getattr(backend, "get_name", None)
+        try:
+            return str(get_name()) if callable(get_name) else None
+        except Exception:  # noqa: BLE001 - a backend that cannot name itself is simply not named
+            return None
+
+    def _released(self, name: str, what: str) -> None:
+        """A mapped tensor the engine freed after loading: said in the manifest, not recorded."""
+        backend = f"under the {self.backend} attention backend, " if self.backend else ""
+        detail = f"{what}: {backend}the engine released it after loading"
+        keeps = [d.canonical for d in self.name_map.derived if _resolve(self.attention, d.path) is not None]
+        if keeps and name.startswith("kv_b_proj."):
+            detail += f" and keeps only what it derived from it ({', '.join(dict.fromkeys(keeps))})"
+        self.unrecorded.append(Unrecorded(name, UnrecordedReason.RELEASED, detail))
 
     # -- entering: weights now, hooks for the forward ---------------------------------------------
     def __enter__(self) -> LayerCapture:
@@ -254,6 +277,9 @@ class LayerCapture:
                 if value is None:
                     continue
                 name = f"{entry.canonical}.{suffix}"
+                if value.numel() == 0:
+                    self._released(name, f"{self._source(f'{entry.path}.{attr}')} is an empty {tuple(value.shape)} tensor")
+                    continue
                 role = _role_of(name)
                 if role is TensorRole.INPUT_SCALE:
                     shard, dim, step = Shard.REPLICATED if value.numel() == 1 else Shard.PER_RANK, None, info.step
@@ -279,6 +305,8 @@ class LayerCapture:
             attrs["engine_attr"] = entry.path.rsplit(".", 1)[-1]
             if entry.axes:
                 attrs["axes"] = entry.axes
+            if entry.layout:
+                attrs["layout"] = entry.layout
             self._keep(
                 entry.canonical, TensorRole.DERIVED_WEIGHT, value, None, self._source(entry.path), attrs, shard, dim
             )
@@ -320,23 +348,27 @@ class LayerCapture:
                 f"capture: the call of {self.attention_path or 'the attention module'} has no hidden states "
                 f"(argument {self.name_map.hidden_arg})"
             )
-        self._record_activation(canon.LAYER_INPUT, "fused_qkv_a_proj", hidden, output=False, source=self.attention_path)
+        self._stash(canon.LAYER_INPUT, "fused_qkv_a_proj", hidden, False, self.attention_path)
+        rows = hidden.numel() // self.cfg.hidden_size
+        if self.tokens is not None and max(self.tokens) >= rows:
+            raise ValueError(
+                f"capture: tokens {[t for t in self.tokens if t >= rows]} are out of range: the layer "
+                f"input has {rows} token rows"
+            )
         positions, _ = local_tensor(self._argument(self.name_map.positions_arg, args, kwargs))
         if positions is not None:
             flat = positions.reshape(-1)
-            if flat.numel() != self._rows:
-                raise ValueError(
-                    f"capture: {flat.numel()} positions for {self._rows} token rows of the layer input"
-                )
+            if flat.numel() != rows:
+                raise ValueError(f"capture: {flat.numel()} positions for {rows} token rows of the layer input")
             self._call_positions = flat.to(torch.long).cpu().tolist()
             kept = flat[self._selection()].to(torch.long).cpu()
             self._positions = kept.tolist()
             self._keep(canon.POSITIONS, TensorRole.INPUT, kept.clone(), "rope", self.attention_path, {}, Shard.REPLICATED, None)
             if self.tokens is not None:
                 # The call's rows left out by tokens= are keys of the kept ones.
-                left_out = [r for r in range(self._rows) if r not in set(self.tokens)]
-                rows = hidden.detach().reshape(-1, hidden.shape[-1])
-                self._context.add(rows[left_out], flat[left_out], self.cfg.hidden_size)
+                left_out = [r for r in range(rows) if r not in set(self.tokens)]
+                call_rows = hidden.detach().reshape(-1, hidden.shape[-1])
+                self._context.add(call_rows[left_out], flat[left_out], self.cfg.hidden_size)
         elif self.tokens is None and self.given_positions is not None:
             self._call_positions = list(self.given_positions)
         return None
@@ -346,8 +378,7 @@ class LayerCapture:
         if recorded:
             value, _ = local_tensor(_first_tensor(output))
             if value is not None:
-                self._record_activation(canon.LAYER_OUTPUT, "o_proj", value, output=True, source=self.attention_path)
-                self._restep(canon.LAYER_OUTPUT, "all_reduce")
+                self._stash(canon.LAYER_OUTPUT, "o_proj", value, True, self.attention_path)
         self._inside = False
         if recorded and self.close_after:
             self.__exit__(None, None, None)
@@ -359,7 +390,7 @@ class LayerCapture:
                 value, _ = local_tensor(_first_tensor(args))
                 if value is not None:
                     op = canon.MODULES[canonical].op
-                    self._record_activation(f"{op}.input", canonical, value, output=False, source=self._source(path))
+                    self._stash(f"{op}.input", canonical, value, False, self._source(path))
 
         return hook
 
@@ -369,15 +400,31 @@ class LayerCapture:
                 value, _ = local_tensor(_first_tensor(output))
                 if value is not None:
                     op = canon.MODULES[canonical].op
-                    self._record_activation(f"{op}.output", canonical, value, output=True, source=self._source(path))
+                    self._stash(f"{op}.output", canonical, value, True, self._source(path))
 
         return hook
 
     # -- keeping tensors ---------------------------------------------------------------------------
+    def _stash(self, name: str, module: str, x: torch.Tensor, output: bool, source: str) -> None:
+        """Inside the forward only copy the tensor (engines reuse their buffers); sorting it into rows,
+        tokens and shards waits for `_flush`, so the hooks cost the engine's forward as little as possible."""
+        if name in self._stashed:
+            return  # the first call of a module within the captured layer call is the one kept
+        self._stashed[name] = (module, x.detach().to("cpu", copy=True), output, source, tuple(x.shape), tuple(x.stride()))
+
+    def _flush(self) -> None:
+        """Record what the hooks stashed, in the order they ran (the layer input first)."""
+        stashed, self._stashed = self._stashed, {}
+        for name, (module, x, output, source, shape, stride) in stashed.items():
+            self._record_activation(name, module, x, output=output, source=source, op_layout=(shape, stride))
+        self._restep(canon.LAYER_OUTPUT, "all_reduce")
+
     def _selection(self) -> list[int] | slice:
         return slice(None) if self.tokens is None else self.tokens
 
-    def _record_activation(self, name: str, module: str, x: torch.Tensor, *, output: bool, source: str) -> None:
+    def _record_activation(
+        self, name: str, module: str, x: torch.Tensor, *, output: bool, source: str, op_layout: tuple | None = None
+    ) -> None:
         if name in self.tensors:
             return  # the first call of a module within the captured layer call is the one kept
         info = canon.MODULES[module]
@@ -385,7 +432,8 @@ class LayerCapture:
         if name == canon.LAYER_INPUT:
             full = self.cfg.hidden_size
         widths = {full, full // self.tp_size}
-        attrs: dict[str, AttrValue] = {"op_shape": str(tuple(x.shape)), "op_stride": str(tuple(x.stride()))}
+        shape, stride = op_layout or (tuple(x.shape), tuple(x.stride()))
+        attrs: dict[str, AttrValue] = {"op_shape": str(shape), "op_stride": str(stride)}
         split = next((k for k in range(1, x.dim() + 1) if math.prod(x.shape[x.dim() - k :]) in widths), None)
         if split is None:
             # Not (rows, features) of the expected widths: kept whole and per rank, as evidence.
@@ -492,6 +540,7 @@ class LayerCapture:
             _ACTIVE.remove(self)
         if exc_type is not None:
             return False
+        self._flush()
         self._keep_context()
         self.path = write_rank(self.out, self.manifest(), RankCapture(self.rank, self.tp_size, dict(self.tensors)))
         return False
@@ -549,6 +598,8 @@ class LayerCapture:
             key_positions=self._key_positions(positions),
             versions=versions,
             note=self.note,
+            attention_backend=self.backend,
+            unrecorded=tuple(self.unrecorded),
         )
 
     def _positions_for(self, tokens: list[int]) -> list[int]:
@@ -574,6 +625,9 @@ class LayerCapture:
         if isinstance(self.engine, EngineInfo):
             return self.engine
         name = self.engine or self.name_map.engine
+        running = running_version(name)
+        if running is not None:
+            return EngineInfo(name, running)
         return EngineInfo(name, versions.get(name, self.name_map.version if name == self.name_map.engine else None))
 
 

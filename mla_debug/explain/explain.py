@@ -41,7 +41,8 @@ import torch
 
 from .._json_numbers import float_from_json, float_to_json
 from ..capture import Capture, CapturedTensor, Shard, TensorRole
-from ..layouts import ScaleLayout
+from ..kernels.vllm_cpu import VLLM_CLASS as W8A16_KERNEL
+from ..layouts import ScaleLayout, can_vnni_pack, vnni_pack, vnni_unpack
 from ..model import Checkpoint
 from ..model.norms import rms_norm
 from ..numerics import rel_l2
@@ -143,6 +144,7 @@ class Candidate:
     weight_scale: ScaleLayout | None = None
     act_scale: ScaleLayout | None = None
     on_ranks: tuple[int, ...] = ()  # the TP ranks the reading was computed on (empty: every rank)
+    weight_vnni_unpack: bool = False  # the reading un-packed the weight from VNNI (vLLM CPU's layout)
 
     @property
     def is_correct(self) -> bool:
@@ -158,6 +160,7 @@ class Candidate:
             "weight_scale": None if self.weight_scale is None else self.weight_scale.value,
             "act_scale": None if self.act_scale is None else self.act_scale.value,
             "on_ranks": list(self.on_ranks),
+            **({"weight_vnni_unpack": True} if self.weight_vnni_unpack else {}),
         }
 
     @classmethod
@@ -176,6 +179,7 @@ class Candidate:
             weight_scale=None if ws is None else ScaleLayout(ws),
             act_scale=None if act is None else ScaleLayout(act),
             on_ranks=tuple(int(r) for r in data.get("on_ranks", ())),
+            weight_vnni_unpack=bool(data.get("weight_vnni_unpack", False)),
         )
 
 
@@ -416,6 +420,7 @@ def _held(layout: RankLayout | None, scale_layout: RankLayout | None, written: S
         period = 2 if 2 in same else 1
     elif layout is not None and layout.relation is ByteRelation.SHUFFLED:
         shuffles, period = layout.shuffles, layout.period or 1
+    vnni = layout is not None and layout.relation is ByteRelation.VNNI_PACKED
     weight_scale = None
     if scale_layout is None or scale_layout.relation is ByteRelation.SAME:
         weight_scale = ScaleLayout.ROW_MAJOR
@@ -423,7 +428,7 @@ def _held(layout: RankLayout | None, scale_layout: RankLayout | None, written: S
         weight_scale = (
             ScaleLayout.ROW_MAJOR if ScaleLayout.ROW_MAJOR in scale_layout.scale_layouts else ScaleLayout.COL_MAJOR
         )
-    return Held(shuffles, period, same, weight_scale, written)
+    return Held(shuffles, period, same, weight_scale, written, vnni)
 
 
 def _rank_candidates(
@@ -439,7 +444,10 @@ def _rank_candidates(
         scored.append((kinds, reading, worst, tuple(per_rank.get(r, math.nan) for r in ranks), on))
     scored.sort(key=lambda s: (math.isnan(s[2]), s[2], len(s[0])))
     return tuple(
-        Candidate(i + 1, kinds, worst, errs, reading.weight_unshuffles, reading.weight_scale, reading.act_scale, on)
+        Candidate(
+            i + 1, kinds, worst, errs, reading.weight_unshuffles, reading.weight_scale, reading.act_scale, on,
+            reading.weight_vnni_unpack,
+        )
         for i, (kinds, reading, worst, errs, on) in enumerate(scored)
     )
 
@@ -514,6 +522,7 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
             reference_weight=_shard(dense_full, like, tp, rank.rank),
             out_dtype=out.dtype,
             block=tuple(ckpt.cfg.weight_block),
+            w8a16=act is None and _w8a16(like),
         )
         producer_out = t.get(f"{producer}.output") if producer else None
         written = written_act_order(
@@ -524,7 +533,7 @@ def explain_linear(step: str, capture: Capture, ckpt: Checkpoint, tolerance: flo
         observed[rank.rank] = out.reshape(ops.x.shape[0], -1)
         for reading in linear_readings(ops, held):
             kinds = reading_kinds(reading, held) or CORRECT
-            key = (kinds, reading.weight_unshuffles, reading.weight_scale, reading.act_scale)
+            key = (kinds, reading.weight_unshuffles, reading.weight_scale, reading.act_scale, reading.weight_vnni_unpack)
             keys[key] = (kinds, reading)
             outputs.setdefault(key, {})[rank.rank] = compute_reading(ops, reading, held)
         if held.shuffles == 0:
@@ -580,6 +589,12 @@ def _renumbered(candidates: tuple[Candidate, ...]) -> tuple[Candidate, ...]:
     return tuple(replace(c, rank=i + 1) for i, c in enumerate(ordered))
 
 
+def _w8a16(weight: CapturedTensor | None) -> bool:
+    """Whether the engine multiplied this weight with a W8A16 kernel (the input stays unquantized):
+    vLLM CPU's CPUFp8BlockScaledMMKernel, named in the capture's kernel attribute."""
+    return weight is not None and W8A16_KERNEL in str(weight.attrs.get("kernel", ""))
+
+
 def _reduced_in_module(capture: Capture, step: str, module: str) -> bool:
     """Whether each rank's captured output is the all-reduced sum of row-parallel products (the weight
     is split on its input dim while the output is whole on every rank), as transformers' RowwiseParallel
@@ -623,7 +638,10 @@ def explain_norm(step: str, capture: Capture, ckpt: Checkpoint, tolerance: float
 
 def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplanation:
     """W_UK / W_UV as kept by the engine against their derivation from the checkpoint's kv_b_proj
-    values and from the captured kv_b_proj bytes read directly, rank by rank."""
+    values and from the captured kv_b_proj bytes read directly, rank by rank. A derived weight the engine
+    keeps VNNI-packed (attrs layout "vnni") is un-packed first; where the engine released kv_b_proj after
+    deriving (the manifest's `unrecorded`), the story tested is the checkpoint's bytes VNNI-packed and read
+    directly (vLLM CPU's guard on kv_b_proj dropped)."""
     step = DERIVED[name]
     cfg = ckpt.cfg
     full = ckpt.tensors["kv_b_proj.weight"]
@@ -633,34 +651,46 @@ def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplan
     heads = cfg.num_heads // tp
     dtype_size = capture.ranks[0].tensors[name].tensor.element_size()
     tolerance = DERIVED_TOLERANCE.get(dtype_size, DERIVED_TOLERANCE[2])
+    released = any(u.name == "kv_b_proj.weight" for u in capture.manifest.unrecorded)
     errors: dict[tuple, dict[int, float]] = {}
     keys: dict[tuple, tuple] = {}
     held_all = []
     for rank in _ranks(capture):
         t = rank.tensors
         observed = t[name].tensor
+        if t[name].attrs.get("layout") == "vnni":
+            observed = vnni_unpack(observed, name=name)
         like = t.get("kv_b_proj.weight")
-        correct = derived_from(
-            _shard(dense_full, like, tp, rank.rank), heads, cfg.qk_nope_head_dim, cfg.v_head_dim, name
-        )
+        # kv_b_proj is column-parallel: each rank derives from its rows (its heads), recorded or not.
+        dense = dense_full.chunk(tp, dim=0)[rank.rank] if like is None else _shard(dense_full, like, tp, rank.rank)
+        correct = derived_from(dense, heads, cfg.qk_nope_head_dim, cfg.v_head_dim, name)
         key = (CORRECT, None)
         keys[key] = (CORRECT, Reading())
         errors.setdefault(key, {})[rank.rank] = fitted_rel_err(observed, correct)
-        if like is None:
-            continue
-        layout = byte_relation(
-            "kv_b_proj.weight", TensorRole.WEIGHT, "capture", rank.rank, like.tensor, _shard(full, like, tp, rank.rank)
-        )
-        held_all.append(layout)
-        held = _held(layout, None, None)
         wscale = t.get("kv_b_proj.weight_scale_inv")
-        if held.shuffles is None or (like.tensor.element_size() == 1 and wscale is None):
+        if like is None and released:
+            # The bytes are gone: test the hypothesis that they were the checkpoint's shard VNNI-packed.
+            shard = full.chunk(tp, dim=0)[rank.rank]
+            if not can_vnni_pack(tuple(shard.shape), shard.dtype) or (shard.element_size() == 1 and scale_full is None):
+                continue
+            weight, held = vnni_pack(shard.contiguous(), name="kv_b_proj.weight"), Held(None, vnni=True)
+            block_scale = None if scale_full is None else scale_full.chunk(tp, dim=0)[rank.rank]
+        elif like is not None:
+            layout = byte_relation(
+                "kv_b_proj.weight", TensorRole.WEIGHT, "capture", rank.rank, like.tensor, _shard(full, like, tp, rank.rank)
+            )
+            held_all.append(layout)
+            held = _held(layout, None, None)
+            weight, block_scale = like.tensor, None if wscale is None else wscale.tensor
+        else:
+            continue
+        if not held.checkpoint_bytes or (weight.element_size() == 1 and block_scale is None):
             continue
         ops = LinearOperands(
-            x=torch.empty(0, like.tensor.shape[1]),
+            x=torch.empty(0, weight.shape[1]),
             act_scale=None,
-            weight=like.tensor,
-            weight_scale=None if wscale is None else wscale.tensor,
+            weight=weight,
+            weight_scale=block_scale,
             reference_weight=correct,
             out_dtype=torch.float32,
             block=tuple(cfg.weight_block),
@@ -668,7 +698,7 @@ def explain_derived(name: str, capture: Capture, ckpt: Checkpoint) -> StepExplan
         for unshuffles in (0, 1):
             reading = Reading(weight_unshuffles=unshuffles)
             kinds = reading_kinds(reading, held)
-            if not kinds or (unshuffles and ops.weight.shape[0] % 16):
+            if not kinds or (unshuffles and (held.vnni or ops.weight.shape[0] % 16)):
                 continue
             kinds = (StoryKind.DERIVED_FROM_RELAID,) + kinds
             values = weight_values(ops, unshuffles, ScaleLayout.ROW_MAJOR if scale_full is not None else None)
@@ -793,7 +823,24 @@ def explain_capture(
     for name in DERIVED:
         if name in capture.ranks[0].tensors and DERIVED[name] not in _chosen(diff, steps):
             explanations.append(_with_observed(explain_derived(name, capture, ckpt), None, capture, diff, truth))
+    chosen = set(_chosen(diff, steps))
+    explanations += [e for e in explain_unrecorded(capture) if e.step not in chosen]
     return CaptureExplanation(tuple(explanations), diff, truth=truth)
+
+
+def explain_unrecorded(capture: Capture) -> list[StepExplanation]:
+    """A step whose weight the engine released after loading (the manifest's `unrecorded`) and never ran
+    as a module: untestable, NOT_RECORDED, the detail naming the attention backend."""
+    found = []
+    for item in capture.manifest.unrecorded:
+        module = item.name.partition(".")[0]
+        if module in STEP_LINEARS.values() and f"{module}.output" not in capture.ranks[0].tensors:
+            found.append(
+                StepExplanation(
+                    module, Outcome.UNTESTABLE, missing=(item.name,), untestable=Untestable.NOT_RECORDED, detail=item.detail
+                )
+            )
+    return found
 
 
 def _with_observed(found: StepExplanation, observed, capture: Capture, diff: CaptureDiff | None, truth: Truth):

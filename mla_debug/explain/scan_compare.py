@@ -501,9 +501,11 @@ def suggested_capture(scan: Scan, first: ScanStepComparison) -> str:
     out = f"captures/layer{first.layer}-tp{m.tp_size}"
     if m.engine == "vllm":
         return (
-            f'llm.collective_rpc(vllm_start_capture, kwargs={{"out": "{out}", "layer": {first.layer}, "tokens": {tokens}}})\n'
+            # The recipe's worker extension (LLM(..., worker_extension_cls=capture.engines.VLLM_EXTENSION)):
+            # collective_rpc reaches its methods by name.
+            f'llm.collective_rpc("mla_debug_start_capture", kwargs={{"out": "{out}", "layer": {first.layer}, "tokens": {tokens}}})\n'
             "llm.generate(prompts, SamplingParams(max_tokens=1))  # the same prompts as the scan\n"
-            "llm.collective_rpc(vllm_finish_capture)"
+            'llm.collective_rpc("mla_debug_finish_capture")'
         )
     return (
         f'with md.capture(model, "{out}", layer={first.layer}, tokens={tokens}), torch.no_grad():\n'

@@ -7,17 +7,23 @@ and scales read one way (`Reading`); the story's kinds say which reads are wrong
 
 - the weight: the checkpoint's values (the correct read), or the captured bytes read plainly or
   un-shuffled once by a preshuffle-aware reader (`layouts.unshuffle_weight`), judged against how many
-  (16, 16) shuffles turn the checkpoint's bytes into the captured ones (`layouts.forensics`);
+  (16, 16) shuffles turn the checkpoint's bytes into the captured ones (`layouts.forensics`), or
+  un-packed from VNNI by a VNNI-aware reader (`layouts.vnni`: vLLM's CPU kernels), judged against whether
+  the captured bytes are the checkpoint's VNNI-packed;
 - its block scale: read in the byte order it holds, or in the other one (`layouts.read_scale`);
 - the activation scale: read in the byte order its producer wrote, or in the other one
   (`layouts.read_scale`: a raw-pointer reader; a stride-following reader reads the order the strides
   claim, which is one of the two);
 - a derived weight (W_UK, W_UV): derived from the checkpoint's values, or from the captured kv_b_proj
-  bytes read directly (`model.absorbed` layout: per head P nope rows then V rows of Lkv columns).
+  bytes read directly (`model.absorbed` layout: per head P nope rows then V rows of Lkv columns), or -
+  where the engine released kv_b_proj after deriving (vLLM CPU's AMX_MLA) - from the checkpoint's bytes
+  VNNI-packed and read directly.
 
 The arithmetic is the torch reference's (`numerics.block_dequantize`, fp32 GEMM, the output's dtype);
 activations given unquantized are quantized per 1x128 group (`numerics.quantize.group_quantize`) with
-the captured scale's values where the op exposed them.
+the captured scale's values where the op exposed them - except for a W8A16 kernel (vLLM CPU's
+`CPUFp8BlockScaledMMKernel`), which multiplies the unquantized input with its own FP8 decode
+(`kernels.vllm_cpu`).
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from enum import Enum
 
 import torch
 
-from ..layouts import ScaleLayout, ViolationKind, read_scale, unshuffle_weight
+from ..kernels.vllm_cpu import w8a16_decode
+from ..layouts import ScaleLayout, ViolationKind, can_vnni_pack, read_scale, unshuffle_weight
+from ..layouts import vnni_unpack as vnni_unpack_weight
 from ..numerics import fp8_format, quant_flavor, rel_l2
 from ..numerics.quantize import block_dequantize, group_quantize
 
@@ -56,6 +64,10 @@ class StoryKind(str, Enum):
     SCALE_TRUNCATED = "scale-truncated-to-power-of-two"
     UE8M0_MANTISSA_LEAK = "ue8m0-packing-mantissa-leak"
     GROUPED_SCALE_TOKEN_READ_AS_GROUP = "grouped-scale-token-major-read-group-major"
+    # vLLM's CPU kernels (`layouts.vnni`): a weight held VNNI-packed read as a plain matrix, and a plain
+    # weight un-packed by a VNNI-aware reader.
+    WEIGHT_VNNI_READ_PLAIN = "weight-vnni-packed-read-plain"
+    WEIGHT_PLAIN_READ_AS_VNNI = "weight-plain-read-as-vnni-packed"
 
     @property
     def violation(self) -> ViolationKind | None:
@@ -76,6 +88,8 @@ STORY_VIOLATIONS = {
     StoryKind.SCALE_TRUNCATED: ViolationKind.SCALE_TRUNCATED,
     StoryKind.UE8M0_MANTISSA_LEAK: ViolationKind.UE8M0_MANTISSA_LEAK,
     StoryKind.GROUPED_SCALE_TOKEN_READ_AS_GROUP: ViolationKind.GROUPED_SCALE_ORDER,
+    StoryKind.WEIGHT_VNNI_READ_PLAIN: ViolationKind.RELAID_WEIGHT_DIRECT_READ,
+    StoryKind.WEIGHT_PLAIN_READ_AS_VNNI: ViolationKind.WEIGHT_LAYOUT_MISMATCH,
 }
 
 
@@ -83,30 +97,43 @@ STORY_VIOLATIONS = {
 class Reading:
     """How a candidate reads a linear's operands: the weight bytes un-shuffled `weight_unshuffles`
     times (None: the checkpoint's values), the weight scale and the activation scale in a byte order
-    (None: no such operand, or read as held/written)."""
+    (None: no such operand, or read as held/written). `weight_vnni_unpack`: the reader un-packs the bytes
+    from VNNI (a VNNI-aware reader) before taking them as a matrix."""
 
     weight_unshuffles: int | None = None
     weight_scale: ScaleLayout | None = None
     act_scale: ScaleLayout | None = None
+    weight_vnni_unpack: bool = False
 
 
 @dataclass(frozen=True)
 class Held:
     """What one rank holds, by forensics against the checkpoint: shuffles of the weight bytes (None:
     other values), the period of the shuffle at this row width, shuffle counts with the same bytes,
-    the byte order of the block scale (None: other values or none) and of the activation scale as written."""
+    the byte order of the block scale (None: other values or none) and of the activation scale as written.
+    `vnni`: the weight bytes are the checkpoint's VNNI-packed (then `shuffles` is None)."""
 
     shuffles: int | None
     period: int = 1
     same_bytes_as: tuple[int, ...] = ()
     weight_scale: ScaleLayout | None = ScaleLayout.ROW_MAJOR
     act_scale_written: ScaleLayout | None = None
+    vnni: bool = False
+
+    @property
+    def checkpoint_bytes(self) -> bool:
+        """Whether the held weight bytes are the checkpoint's in some known layout."""
+        return self.shuffles is not None or self.vnni
 
 
 def reading_kinds(reading: Reading, held: Held) -> tuple[StoryKind, ...]:
     """The story kinds a reading amounts to, given what the rank holds; () for the correct read."""
     kinds = []
     r, h = reading.weight_unshuffles, held.shuffles
+    if r is not None and held.vnni and not reading.weight_vnni_unpack:
+        kinds.append(StoryKind.WEIGHT_VNNI_READ_PLAIN)
+    elif r is not None and not held.vnni and reading.weight_vnni_unpack:
+        kinds.append(StoryKind.WEIGHT_PLAIN_READ_AS_VNNI)
     if r is not None and h is not None and (h - r) % max(held.period, 1):
         if r == 0:
             kinds.append(StoryKind.WEIGHT_RELAID_READ_PLAIN)
@@ -145,6 +172,9 @@ class LinearOperands:
     out_dtype: torch.dtype
     block: tuple[int, int] = (128, 128)
     scale_rows: tuple[int, ...] | None = None
+    # The kernel multiplies FP8 weights with the unquantized input (W8A16: vLLM's CPU
+    # CPUFp8BlockScaledMMKernel, apply_input_quant = False): no activation quant is recomputed.
+    w8a16: bool = False
 
     def act_scale_read(self, order: ScaleLayout) -> torch.Tensor:
         """The activation scale as a reader taking its buffer in `order` sees it, at `x`'s rows: the whole
@@ -165,17 +195,26 @@ def _shuffle_fits(w: torch.Tensor) -> bool:
     return w.dim() == 2 and w.shape[0] % SHUFFLE[0] == 0 and w.shape[1] % (2 * SHUFFLE[1]) == 0
 
 
-def weight_values(ops: LinearOperands, unshuffles: int | None, scale_order: ScaleLayout | None) -> torch.Tensor:
+def weight_values(
+    ops: LinearOperands, unshuffles: int | None, scale_order: ScaleLayout | None, vnni_unpack: bool = False
+) -> torch.Tensor:
     """fp32 (N, K) weight values a reader takes: the checkpoint's (None), else the captured bytes
-    un-shuffled `unshuffles` times, times the block scale read in `scale_order`."""
+    un-packed from VNNI (`vnni_unpack`) or un-shuffled `unshuffles` times, times the block scale read in
+    `scale_order`."""
     if unshuffles is None:
         return ops.reference_weight
     data = ops.weight.contiguous()
+    if vnni_unpack:
+        data = vnni_unpack_weight(data, name="captured weight")
     for _ in range(unshuffles):
         data = unshuffle_weight(data, SHUFFLE, name="captured weight")
     if not ops.quantized:
         return data.to(torch.float32)
     scale = read_scale(ops.weight_scale.contiguous(), scale_order or ScaleLayout.ROW_MAJOR, "captured weight scale")
+    if ops.w8a16:
+        # The W8A16 kernel's own FP8 decode (`kernels.vllm_cpu`), times the block scale in fp32.
+        expanded = scale.contiguous().repeat_interleave(ops.block[0], 0).repeat_interleave(ops.block[1], 1)
+        return w8a16_decode(data) * expanded[: data.shape[0], : data.shape[1]]
     return block_dequantize(data, scale.contiguous(), ops.block)
 
 
@@ -192,7 +231,7 @@ def act_scale_orders(ops: LinearOperands) -> tuple[ScaleLayout, ...]:
 def input_values(ops: LinearOperands, act_order: ScaleLayout | None) -> torch.Tensor:
     """fp32 (M, K) input values a reader takes, with the activation scale read in `act_order`."""
     x = ops.x
-    if not ops.quantized:
+    if not ops.quantized or (ops.w8a16 and x.element_size() > 1):
         return x.to(torch.float32)
     fmt = ops.fmt
     if x.element_size() == 1:
@@ -237,20 +276,22 @@ def linear_readings(ops: LinearOperands, held: Held) -> list[Reading]:
     un-shuffled once (when the bytes are the checkpoint's in some shuffle), each block-scale order,
     crossed with each activation-scale order; readings of the captured bytes that amount to the
     correct read are left out (they compute the checkpoint's values)."""
-    weight_reads: list[tuple[int | None, ScaleLayout | None]] = [(None, None)]
-    if held.shuffles is not None:
-        unshuffles = (0, 1) if _shuffle_fits(ops.weight) else (0,)
+    weight_reads: list[tuple[int | None, ScaleLayout | None, bool]] = [(None, None, False)]
+    if held.checkpoint_bytes:
+        unshuffles = (0, 1) if held.shuffles is not None and _shuffle_fits(ops.weight) else (0,)
         scale_orders = (None,)
         if ops.quantized and ops.weight_scale is not None and held.weight_scale is not None:
             nb, kb = ops.weight_scale.shape
             scale_orders = (
                 (ScaleLayout.ROW_MAJOR, ScaleLayout.COL_MAJOR) if nb > 1 and kb > 1 else (ScaleLayout.ROW_MAJOR,)
             )
-        weight_reads += list(itertools.product(unshuffles, scale_orders))
-    act_orders = act_scale_orders(ops) if ops.quantized else ()
+        # A plain weight un-packed by a VNNI-aware reader, a packed one read plain or un-packed.
+        packs = (False, True) if can_vnni_pack(tuple(ops.weight.shape), ops.weight.dtype) else (False,)
+        weight_reads += [(r, ws, p) for r, ws, p in itertools.product(unshuffles, scale_orders, packs) if not (p and r)]
+    act_orders = act_scale_orders(ops) if ops.quantized and not ops.w8a16 else ()
     readings = []
-    for (r, ws), act in itertools.product(weight_reads, act_orders or (None,)):
-        reading = Reading(r, ws, act)
+    for (r, ws, vnni), act in itertools.product(weight_reads, act_orders or (None,)):
+        reading = Reading(r, ws, act, vnni)
         weight_wrong = any(
             k is not StoryKind.ACT_SCALE_ROW_READ_AS_COL and k is not StoryKind.ACT_SCALE_COL_READ_AS_ROW
             for k in reading_kinds(reading, held)
@@ -266,7 +307,7 @@ def compute_reading(ops: LinearOperands, reading: Reading, held: Held) -> torch.
     act = reading.act_scale if reading.act_scale is not None else held.act_scale_written
     x = input_values(ops, act)
     scale_order = reading.weight_scale if reading.weight_scale is not None else held.weight_scale
-    w = weight_values(ops, reading.weight_unshuffles, scale_order)
+    w = weight_values(ops, reading.weight_unshuffles, scale_order, reading.weight_vnni_unpack)
     return (x @ w.t()).to(ops.out_dtype)
 
 

@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (register the kernels)
     reference,
     sglang_triton,
     triton_kernels,
+    vllm_cpu,
     vllm_triton,
 )
 from .base import (

@@ -59,6 +59,14 @@ PLATFORMS: dict[str, Platform] = {
     p.name: p
     for p in (
         Platform("cpu", "cpu", "cpu", 0, E4M3FN, "CPU emulation only"),
+        Platform(
+            "xeon-amx",
+            "cpu",
+            "cpu",
+            0,
+            E4M3FN,
+            "x86 CPU with AMX-BF16/INT8 tiles (Intel Sapphire Rapids and later), served by vLLM's CPU build",
+        ),
         Platform("mi300x", "amd", "gfx942", 304, E4M3FNUZ, "AMD Instinct MI300X (gfx942, 304 CUs)"),
         Platform("mi308x", "amd", "gfx942", 80, E4M3FNUZ, "AMD Instinct MI308X (gfx942, 80 CUs)"),
         Platform("mi325x", "amd", "gfx942", 304, E4M3FNUZ, "AMD Instinct MI325X (gfx942, 304 CUs)"),

@@ -1,4 +1,4 @@
-"""Scale presentations (and the engines' re-layouts of them), weight shuffles, layout histories, layout
+"""Scale presentations (and the engines' re-layouts of them), weight shuffles, VNNI packing, layout histories, layout
 contracts and forensics."""
 
 from .contracts import (
@@ -21,6 +21,7 @@ from .forensics import (
     compare_tensors,
     identify_scale_layout,
     identify_weight_layout,
+    is_vnni_packing,
     shuffle_fit,
 )
 from .quantized import QuantizedActivation, QuantizedWeight, quantize_blocks, quantize_groups
@@ -42,6 +43,7 @@ from .tma_scales import (
     tma_aligned_size,
     unpack_ue8m0,
 )
+from .vnni import can_vnni_pack, vnni_pack, vnni_unpack
 from .weight_layout import WeightLayout, WeightTransform
 from .weight_shuffle import LAYOUTS, is_involution, pad_k, shuffle_period, shuffle_weight, unshuffle_weight
 
@@ -63,6 +65,7 @@ __all__ = [
     "WeightLayout",
     "WeightLayoutMatch",
     "WeightTransform",
+    "can_vnni_pack",
     "compare_tensor",
     "compare_tensors",
     "convert_scale",
@@ -70,6 +73,7 @@ __all__ = [
     "identify_weight_layout",
     "is_involution",
     "is_tma_aligned_column_major",
+    "is_vnni_packing",
     "pack_ue8m0",
     "pad_k",
     "present_scale",
@@ -89,6 +93,8 @@ __all__ = [
     "unpack_ue8m0",
     "unshuffle_weight",
     "values_relaid",
+    "vnni_pack",
+    "vnni_unpack",
     "weight_layout_from_text",
     "weight_read_violation",
 ]

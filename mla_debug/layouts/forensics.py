@@ -1,7 +1,8 @@
 """Layout forensics: given bytes found in memory and the values they should hold, say how they got there.
 
 `identify_weight_layout` answers "how many shuffles of which layout turn the reference weight into what
-the kernel holds?"; `identify_scale_layout` answers "in which presentation(s) was this scale written?".
+the kernel holds?"; `is_vnni_packing` whether it holds the reference VNNI-packed (vLLM's CPU kernels,
+`layouts.vnni`); `identify_scale_layout` answers "in which presentation(s) was this scale written?".
 Both compare bytes only, never values, so they work on any dtype.
 
 `compare_tensor` / `compare_tensors` apply them to saved tensors (a dump against a checkpoint, as
@@ -20,6 +21,7 @@ import torch
 
 from .._checks import describe, is_dense, require_tensor
 from .scale_layout import ScaleLayout, present_scale, scale_memory
+from .vnni import can_vnni_pack, vnni_pack
 from .weight_shuffle import LAYOUTS, ShuffleLayout, shuffle_period, shuffle_weight
 
 
@@ -90,6 +92,18 @@ def identify_weight_layout(
     return None
 
 
+def is_vnni_packing(observed: torch.Tensor, reference: torch.Tensor) -> bool:
+    """Whether `observed` holds `reference`'s bytes VNNI-packed (and differs from them: a weight whose
+    packing changes nothing - every band one row - is plain, not packed)."""
+    require_tensor("observed", observed)
+    require_tensor("reference", reference)
+    if observed.shape != reference.shape or observed.element_size() != reference.element_size():
+        return False
+    if not can_vnni_pack(tuple(reference.shape), reference.dtype) or _same_bytes(observed, reference):
+        return False
+    return _same_bytes(vnni_pack(reference.contiguous(), name="reference"), observed)
+
+
 def identify_scale_layout(buffer: torch.Tensor, logical_scale: torch.Tensor) -> tuple[ScaleLayout, ...]:
     """The presentations whose bytes AND strides match `buffer` for the values `logical_scale`.
 
@@ -131,6 +145,7 @@ class VerdictKind(str, Enum):
 
     PLAIN = "plain"  # the bytes are the reference's
     SHUFFLED = "shuffled"  # the reference shuffled `match.shuffles` times with `match.layout`
+    VNNI_PACKED = "vnni_packed"  # the reference VNNI-packed (vLLM's CPU kernels, `layouts.vnni`)
     UNRELATED = "unrelated"  # neither plain nor any shuffle tried (`tried`)
     DIFFERENT_VALUE = "different_value"  # a 0-D tensor whose bytes differ
     SHAPE_DIFFERS = "shape_differs"
@@ -323,6 +338,8 @@ def compare_tensor(
     match = identify_weight_layout(observed, reference, max_shuffles=max_shuffles)
     fitting = shuffle_layouts_for(observed)
     k, size = observed.shape[-1], observed.element_size()
+    if match is None and is_vnni_packing(observed, reference):
+        return record(kind=VerdictKind.VNNI_PACKED)
     if match is None:
         # identify_weight_layout stops one short of the period: that many shuffles give the bytes back.
         tried = tuple(

@@ -42,6 +42,8 @@ STORY_WORDS = {
     StoryKind.ACT_SCALE_COL_READ_AS_ROW: "the activation scale written column-major and read row-major",
     StoryKind.WEIGHT_SCALE_OTHER_ORDER: "the weight's block scale read in another order than it holds",
     StoryKind.DERIVED_FROM_RELAID: "derived from kv_b_proj's relaid bytes read directly",
+    StoryKind.WEIGHT_VNNI_READ_PLAIN: "the VNNI-packed weight bytes read as a plain matrix",
+    StoryKind.WEIGHT_PLAIN_READ_AS_VNNI: "the plain weight bytes un-packed by a VNNI-aware reader",
     StoryKind.SCALE_CODES_AS_VALUES: "the E8M0 scale codes used as numbers (code 120, meaning 2^-7, read as 120.0)",
     StoryKind.PACKED_SCALES_AS_VALUES: "the packed ue8m0 scale words read as fp32 values",
     StoryKind.SCALE_TRUNCATED: "the non-power-of-two scales cut to their exponent (the power of two below) by a ue8m0 packer",
@@ -94,9 +96,13 @@ def _times(n: int) -> str:
 
 def relation_text(rank: RankLayout, base: LayoutBase) -> str:
     """How one rank's bytes relate to the base, in words."""
-    of = {LayoutBase.CHECKPOINT: "the checkpoint's", LayoutBase.OTHER_SIDE: "the other side's"}.get(
-        base, f"side {base.value}'s"
-    )
+    of = {
+        LayoutBase.CHECKPOINT: "the checkpoint's",
+        LayoutBase.OTHER_SIDE: "the other side's",
+        LayoutBase.SIDE_A_VNNI_UNPACKED: "side a's un-packed",
+    }.get(base, f"side {base.value}'s")
+    if rank.relation is ByteRelation.VNNI_PACKED:
+        return f"{of} bytes VNNI-packed"
     if rank.relation is ByteRelation.SAME:
         alias = " (also 2 shuffles at this 256-byte row)" if 2 in rank.same_bytes_as else ""
         return f"{of} bytes{alias}"
@@ -219,11 +225,14 @@ def _reading_words(candidate: Candidate) -> str:
 
 def _held_words(explanation: StepExplanation) -> str:
     shuffles = {h.shuffles for h in explanation.held if h.relation is ByteRelation.SHUFFLED}
-    if not shuffles or explanation.tensor is None:
+    packed = any(h.relation is ByteRelation.VNNI_PACKED for h in explanation.held)
+    if (not shuffles and not packed) or explanation.tensor is None:
         return ""
     module = (explanation.tensor or "").split(".")[0]
     if explanation.tensor in ("W_UK", "W_UV"):
         module = "kv_b_proj"
+    if packed:
+        return f"{module}'s bytes are its checkpoint bytes VNNI-packed; "
     counts = "/".join(_times(s) for s in sorted(shuffles))
     return f"{module}'s bytes are its checkpoint bytes shuffled (16, 16) {counts}; "
 

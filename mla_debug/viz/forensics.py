@@ -47,6 +47,8 @@ def _bytes_text(verdict: TensorVerdict) -> str:
         return f"activation scale written {layout}"
     if kind is VerdictKind.DIFFERENT_VALUE:
         return "different value"
+    if kind is VerdictKind.VNNI_PACKED:
+        return "VNNI-packed (the reference's bytes in bands of 32 rows, K in pairs, as vLLM's CPU kernels pack them)"
     if kind is VerdictKind.UNRELATED:
         if not verdict.tried:
             return f"unrelated bytes (not equal; shape {verdict.observed_shape} admits no shuffle to try)"

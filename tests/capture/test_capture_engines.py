@@ -132,7 +132,7 @@ def test_the_vllm_recipe_captures_a_rank_with_vllms_names(ckpt, tmp_path):
     planned = vllm_start_capture(worker, str(tmp_path / "cap"), LAYER, tokens=[0, 2, 5], mode="prefill")
     model(hidden(1), torch.arange(TOKENS))
     written = vllm_finish_capture(worker)
-    assert written == planned == str(tmp_path / "cap" / "rank0-of-1")
+    assert written == [planned] == [str(tmp_path / "cap" / "rank0-of-1")]
     cap = md.load_capture(tmp_path / "cap")
     assert cap.manifest.engine.name == "vllm" and cap.manifest.positions == (0, 2, 5)
     w_uk = cap.rank(0)["W_UK"]
@@ -168,7 +168,9 @@ def test_the_vllm_recipe_refuses_misuse(ckpt, tmp_path):
         vllm_finish_capture(worker)
     vllm_start_capture(worker, str(tmp_path / "a"), LAYER, activations=False)
     with pytest.raises(RuntimeError, match="already open on this worker"):
-        vllm_start_capture(worker, str(tmp_path / "b"), LAYER)
+        vllm_start_capture(worker, str(tmp_path / "a"), LAYER)
+    with pytest.raises(RuntimeError, match=r"no capture into .*b is open on this worker \(open: "):
+        vllm_finish_capture(worker, str(tmp_path / "b"))
     vllm_finish_capture(worker)  # no capture is left open for other tests
     staged, _ = fake_vllm_worker(ckpt, 0, 1)
     staged.parallel_config.pipeline_parallel_size = 2

@@ -197,7 +197,7 @@ def test_platform_presets_and_errors():
     assert md.platform("h200").is_cuda and md.platform("cpu").vendor == "cpu"
     legacy = md.platform("mi300x").with_fp8("e4m3fn")
     assert legacy.fp8 is md.E4M3FN and legacy.cu_num == 304
-    with pytest.raises(ValueError, match="valid: cpu, mi300x, mi308x, mi325x, mi355x, gfx1250, h200, b200"):
+    with pytest.raises(ValueError, match="valid: cpu, xeon-amx, mi300x, mi308x, mi325x, mi355x, gfx1250, h200, b200"):
         md.platform("mi250")
 
 

@@ -4,7 +4,8 @@ A `NameMap` is data read from an engine's released source: which attention class
 attribute path (relative to that attention module) of each canonical module and of each derived weight,
 how the attention module is called (which argument holds the hidden states and the positions), and
 whether its row-parallel output is already all-reduced when its module returns. The maps for
-transformers, vLLM and SGLang live in `transformers`, `vllm`, `sglang` beside this file; a user's own
+transformers, vLLM (0.33, and 0.32's CPU build) and SGLang live in `transformers`, `vllm`, `vllm_cpu`,
+`sglang` beside this file; a user's own
 tree is described with a plain dict (`user_map`).
 """
 
@@ -15,6 +16,7 @@ from .name_map import FLAG_ATTRS, LINEAR_TENSORS, Argument, DerivedName, ModuleN
 from .sglang import SGLANG_0_5_23
 from .transformers import TRANSFORMERS_DEEPSEEK_V3, TRANSFORMERS_DEEPSEEK_V32
 from .vllm import VLLM_0_33
+from .vllm_cpu import VLLM_0_32_CPU
 
 __all__ = [
     "FLAG_ATTRS",
@@ -72,7 +74,8 @@ def user_map(mapping: dict[str, str], *, engine: str = "user", hidden_arg: Argum
 
 
 def builtin_maps() -> dict[str, NameMap]:
-    return {m.key: m for m in (TRANSFORMERS_DEEPSEEK_V3, TRANSFORMERS_DEEPSEEK_V32, VLLM_0_33, SGLANG_0_5_23)}
+    maps = (TRANSFORMERS_DEEPSEEK_V3, TRANSFORMERS_DEEPSEEK_V32, VLLM_0_33, VLLM_0_32_CPU, SGLANG_0_5_23)
+    return {m.key: m for m in maps}
 
 
 def map_for_class(class_name: str) -> NameMap:

