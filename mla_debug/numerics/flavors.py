@@ -46,40 +46,8 @@ scenarios, checkpoints and verdicts use them:
 
 from __future__ import annotations
 
-from .engine_flavors import (
-    DEEPGEMM,
-    ENGINE_FLAVORS,
-    FLASHINFER_SM90,
-    SGLANG_TRITON,
-    SGLANG_TRITON_COLMAJOR,
-    VLLM_CUDA,
-    VLLM_NATIVE,
-    VLLM_TRITON,
-)
-from .flavor_recipe import QuantFlavor, Quotient, ScaleRule, Ue8m0Rule
-
-__all__ = [
-    "AITER",
-    "AITER_FUSED",
-    "AITER_HIP",
-    "AITER_TORCH",
-    "AITER_TRITON",
-    "DEEPGEMM",
-    "DEEPSEEK",
-    "FLASHINFER_SM90",
-    "FLAVORS",
-    "SGLANG_TRITON",
-    "SGLANG_TRITON_COLMAJOR",
-    "VLLM",
-    "VLLM_CUDA",
-    "VLLM_NATIVE",
-    "VLLM_TRITON",
-    "QuantFlavor",
-    "Quotient",
-    "ScaleRule",
-    "Ue8m0Rule",
-    "quant_flavor",
-]
+from .engine_flavors import ENGINE_FLAVORS
+from .flavor_recipe import QuantFlavor
 
 AITER = QuantFlavor(
     name="aiter",
