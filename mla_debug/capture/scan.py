@@ -29,12 +29,12 @@ from typing import Any
 import torch
 
 from .names import NameMap, builtin_maps, resolve_map
-from .recorder import _hf_config, _rank_and_size
+from .recorder import _hf_config
 from .roles import Shard
 from .scan_maps import StreamRule, stream_rule
 from .scan_store import write_rank_scan
 from .scan_types import ScanManifest, ScanStep, StepSummary
-from .store import rank_folder_name
+from .store import rank_destination
 from .tensor_facts import installed_versions, local_tensor
 
 # Defaults that keep a 61-layer, 7168-wide model at 16 tokens under 5 MB per rank (benchmarks/RESULTS.md).
@@ -124,13 +124,8 @@ class ModelScan:
         for label, value, least in (("max_tokens", max_tokens, 1), ("columns", columns, 1), ("rows", rows, 0), ("call", call, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"scan: {label} must be an int >= {least}, got {value!r}")
-        self.model, self.out, self.call, self.note = model, Path(out).expanduser(), call, note
-        self.rank, self.tp_size = _rank_and_size(rank, tp_size)
-        if not 0 <= self.rank < self.tp_size:
-            raise ValueError(f"scan: rank {self.rank} is outside tp_size {self.tp_size}")
-        self.folder = self.out / rank_folder_name(self.rank, self.tp_size)
-        if self.folder.exists():
-            raise FileExistsError(f"scan: {self.folder} already exists; refusing to overwrite it (choose a new out)")
+        self.model, self.call, self.note = model, call, note
+        self.out, self.rank, self.tp_size, self.folder = rank_destination("scan", out, rank, tp_size)
         self.prefix, found = _decoder_layers(model)
         self.name_map = _pick_map(found, names)
         self.rule: StreamRule = stream_rule(engine or self.name_map.engine)

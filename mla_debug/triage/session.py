@@ -334,15 +334,7 @@ class TriageResult:
     @property
     def description(self) -> RunDescription:
         """What was triaged (the TP sizes and modes as tuples); the runs ran in this process."""
-        return RunDescription(
-            model=self.model,
-            platform=self.platform,
-            scenario=self.scenario,
-            tp=tuple(self.tp_sizes),
-            mode=tuple(self.modes),
-            tokens=self.tokens,
-            executor="simulated",
-        )
+        return RunDescription.of(self, tuple(self.tp_sizes), tuple(self.modes), "simulated")
 
     @property
     def culprit_groups(self) -> list[CulpritGroup]:
