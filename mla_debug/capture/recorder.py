@@ -44,6 +44,7 @@ from . import canonical as canon
 from .context import CONTEXT_INPUT, CONTEXT_POSITIONS, ContextRows, inferred_mode, key_positions, rows_by_position
 from .names import LINEAR_TENSORS, NameMap, resolve_map
 from .names import builtin_maps as _builtin_maps
+from .names.name_map import argument_value
 from .roles import Shard, TensorRole
 from .store import rank_destination, write_rank
 from .tensor_bytes import exact_copy
@@ -306,28 +307,18 @@ class LayerCapture:
             self._handles.append(module.register_forward_hook(self._op_hook(entry.canonical, entry.path)))
 
     # -- hooks -------------------------------------------------------------------------------------
-    @staticmethod
-    def _argument(arg, args: tuple, kwargs: dict) -> Any:
-        if arg is None:
-            return None
-        if arg.keyword in kwargs:
-            return kwargs[arg.keyword]
-        if arg.position is not None and arg.position < len(args):
-            return args[arg.position]
-        return None
-
     def _layer_pre_hook(self, module, args, kwargs):
         self._calls += 1
         index = self._calls - 1
         self._inside = index == self.call
         if index < self.call:
             # An earlier call: its rows filled the KV cache the recorded call may read (context.py).
-            hidden, _ = local_tensor(self._argument(self.name_map.hidden_arg, args, kwargs))
-            positions, _ = local_tensor(self._argument(self.name_map.positions_arg, args, kwargs))
+            hidden, _ = local_tensor(argument_value(self.name_map.hidden_arg, args, kwargs))
+            positions, _ = local_tensor(argument_value(self.name_map.positions_arg, args, kwargs))
             self._context.add(hidden, positions, self.cfg.hidden_size)
         if not self._inside:
             return None
-        hidden, _ = local_tensor(self._argument(self.name_map.hidden_arg, args, kwargs))
+        hidden, _ = local_tensor(argument_value(self.name_map.hidden_arg, args, kwargs))
         if hidden is None:
             raise ValueError(
                 f"capture: the call of {self.attention_path or 'the attention module'} has no hidden states "
@@ -340,7 +331,7 @@ class LayerCapture:
                 f"capture: tokens {[t for t in self.tokens if t >= rows]} are out of range: the layer "
                 f"input has {rows} token rows"
             )
-        positions, _ = local_tensor(self._argument(self.name_map.positions_arg, args, kwargs))
+        positions, _ = local_tensor(argument_value(self.name_map.positions_arg, args, kwargs))
         if positions is not None:
             flat = positions.reshape(-1)
             if flat.numel() != rows:

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from .names import NameMap, builtin_maps, resolve_map
+from .names.name_map import argument_value
 from .recorder import _hf_config
 from .roles import Shard
 from .scan_maps import StreamRule, stream_rule
@@ -44,16 +45,6 @@ ROWS = 1
 _LAYER = re.compile(r"^(?P<prefix>(?:.*\.)?layers)\.(?P<index>\d+)$")
 # Whole rows are kept for the outputs only: an input's rows are the previous layer's output rows.
 _ROW_STEPS = (ScanStep.ATTN_OUTPUT, ScanStep.LAYER_OUTPUT)
-
-
-def _argument(arg, args: tuple, kwargs: dict) -> Any:
-    if arg is None:
-        return None
-    if arg.keyword in kwargs:
-        return kwargs[arg.keyword]
-    if arg.position is not None and arg.position < len(args):
-        return args[arg.position]
-    return None
 
 
 def _tensor(value: Any) -> torch.Tensor | None:
@@ -179,13 +170,13 @@ class ModelScan:
             if calls != self.call:
                 return None
             self._inside = index
-            hidden = _tensor(_argument(self.rule.hidden, args, kwargs))
+            hidden = _tensor(argument_value(self.rule.hidden, args, kwargs))
             if hidden is None:
                 raise ValueError(
                     f"scan: the call of {self.prefix}.{index} carries no hidden-states tensor (argument "
                     f"{self.rule.hidden}; rule of {self.rule.source})"
                 )
-            residual = _tensor(_argument(self.rule.residual, args, kwargs)) if self.rule.residual else None
+            residual = _tensor(argument_value(self.rule.residual, args, kwargs)) if self.rule.residual else None
             stream = hidden if residual is None else hidden.float() + residual.float()
             self._summarize(index, ScanStep.LAYER_INPUT, stream, hidden.dtype, Shard.REPLICATED)
             return None
@@ -220,7 +211,7 @@ class ModelScan:
         def hook(module, args, kwargs):
             if self._inside != index or (index, ScanStep.ATTN_INPUT) in self.summaries:
                 return None
-            hidden = _tensor(_argument(self.name_map.hidden_arg, args, kwargs))
+            hidden = _tensor(argument_value(self.name_map.hidden_arg, args, kwargs))
             if hidden is None:
                 raise ValueError(
                     f"scan: the call of {self.prefix}.{index}.{self.name_map.attention_attr} has no hidden states "
