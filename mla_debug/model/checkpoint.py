@@ -441,14 +441,16 @@ class Checkpoint:
             block=tuple(self.cfg.weight_block),
         )
 
-    def dense_weight(self, module: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """A linear module's weight as values (a new tensor): fp8 times its block scale when quantized."""
+    def dense_weight(self, module: str, dtype: torch.dtype = torch.float32, copy: bool = True) -> torch.Tensor:
+        """A linear module's weight as values: fp8 times its block scale when quantized (always a new
+        tensor); a dense checkpoint's own tensor when ``copy=False`` and it already has `dtype` (for
+        readers that never write, such as a layer built on it)."""
         name = self._module(module, self.linear_modules(), "linear")
         weight = self.tensors[name + WEIGHT_SUFFIX]
         if self.quantized:
             values = block_dequantize(weight, self.tensors[name + SCALE_SUFFIX], tuple(self.cfg.weight_block))
             return values.to(dtype)
-        return weight.to(dtype=dtype, copy=True)
+        return weight.to(dtype=dtype, copy=copy)
 
     def norm_weight(self, module: str, dtype: torch.dtype | None = None) -> torch.Tensor:
         """An RMSNorm weight as stored (or cast to `dtype`)."""

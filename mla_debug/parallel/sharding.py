@@ -58,7 +58,9 @@ def norm_names(cfg) -> tuple[str, ...]:
 def full_weight(ckpt, spec: LinearSpec, dtype: torch.dtype) -> QuantizedWeight | torch.Tensor:
     """The unsharded weight of `spec` (fused linears concatenate their sources' rows)."""
     if not ckpt.quantized:
-        parts = [ckpt.dense_weight(source, dtype=torch.float32) for source in spec.sources]
+        # The layer only reads its weights: no copy of a dense checkpoint's (a real-size layer's fp32
+        # weights are most of a triage's memory while its truth is computed).
+        parts = [ckpt.dense_weight(source, dtype=torch.float32, copy=False) for source in spec.sources]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
     parts = [ckpt.quantized_weight(source) for source in spec.sources]
     if len(parts) == 1:
