@@ -6,7 +6,12 @@ shape error from deep inside torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
 import torch
+
+T = TypeVar("T")
 
 
 def describe(t: torch.Tensor) -> str:
@@ -67,3 +72,13 @@ def is_dense(t: torch.Tensor) -> bool:
             return False
         expected *= size
     return True
+
+
+def find(items: Iterable[T], key: Callable[[T], object], wanted: object, absent: str, listing: str) -> T:
+    """The first of `items` whose `key` is `wanted`; else a KeyError "<absent>; <listing> [every key]", so a
+    lookup by a wrong name says which names there are."""
+    items = list(items)
+    for item in items:
+        if key(item) == wanted:
+            return item
+    raise KeyError(f"{absent}; {listing} {[key(item) for item in items]}")

@@ -35,6 +35,18 @@ def offline_compiler():
 
 
 @pytest.fixture
+def no_weights(monkeypatch):
+    """Building or reading weights fails the test: what it checks must be rejected before that."""
+    from mla_debug.model import Checkpoint
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("weights were built or read before the options were checked")
+
+    monkeypatch.setattr(Checkpoint, "synthetic", classmethod(refuse))
+    monkeypatch.setattr(Checkpoint, "load", classmethod(refuse))
+
+
+@pytest.fixture
 def gen() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
 

@@ -1,4 +1,5 @@
-"""The small transformers DeepSeek attention configs the oracle and capture tests share.
+"""The small transformers DeepSeek attention configs the oracle and capture tests share, and how the oracle
+tests run transformers' attention module.
 
 `attention_widths` is DeepSeek-V3's head structure (P=V=128, R=64) at hidden size 512 with its yarn RoPE
 (factor 40, original 4096), so every TP-8 shard an FP8 block cuts stays a multiple of 128; the tests
@@ -8,6 +9,8 @@ build transformers' own `DeepseekV3Config` / `DeepseekV32Config` from it with ea
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 DEEPSEEK_YARN = {
     "rope_type": "yarn",
@@ -43,3 +46,15 @@ def eager(config):
     """`config` with transformers' eager attention (the one whose math the oracle tests compare)."""
     config._attn_implementation = "eager"
     return config
+
+
+def transformers_output(attention, rotary, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """transformers' attention module `attention` (with its rotary embedding `rotary`) on one causal
+    sequence of `hidden` (T, hidden size) at `positions`: the (T, hidden size) output."""
+    x = hidden.unsqueeze(0)
+    cos, sin = rotary(x, positions.unsqueeze(0))
+    t = hidden.shape[0]
+    mask = torch.full((t, t), float("-inf")).triu(1).view(1, 1, t, t)
+    with torch.no_grad():
+        out, _ = attention(x, position_embeddings=(cos, sin), attention_mask=mask)
+    return out[0]

@@ -186,17 +186,6 @@ def test_triage_command_on_an_nvidia_platform_uses_the_triton_stand_ins(tmp_path
 # -- options checked before any work ----------------------------------------------------------------
 
 
-@pytest.fixture
-def no_weights(monkeypatch):
-    """Building or reading weights fails the test: what it checks must be rejected before that."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("weights were built or read before the options were checked")
-
-    monkeypatch.setattr(Checkpoint, "synthetic", classmethod(refuse))
-    monkeypatch.setattr(Checkpoint, "load", classmethod(refuse))
-
-
 @pytest.mark.parametrize(
     "argv, message",
     [

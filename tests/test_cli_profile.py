@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from layer_steps import V3_DECODE_STEPS
 
 import mla_debug as md
 from mla_debug.cli import main
@@ -55,18 +56,7 @@ def test_profile_prints_the_step_table_and_writes_a_fresh_folder_each_time(tmp_p
     assert rows[1:] == [
         [r.step, r.kernel, f"{r.wall_us:,.1f}", f"{r.cpu_ops:,}", f"{r.share:.1%}"] for r in steps.itertuples()
     ]
-    assert [r[0] for r in rows[1:]] == [
-        "fused_qkv_a",
-        "q_a_layernorm",
-        "kv_a_layernorm",
-        "q_b_proj",
-        "rope",
-        "absorb_uk",
-        "attention",
-        "absorb_uv",
-        "o_proj",
-        "all_reduce",
-    ]
+    assert [r[0] for r in rows[1:]] == V3_DECODE_STEPS
     files = sorted(p.name for p in folder.iterdir())
     assert len(files) == 2 and files[0] == "mla_debug_meta.json" and files[1].endswith(".pt.trace.json.gz")
     assert f"  {files[1]}" in out.splitlines()

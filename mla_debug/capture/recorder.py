@@ -44,8 +44,9 @@ from . import canonical as canon
 from .context import CONTEXT_INPUT, CONTEXT_POSITIONS, ContextRows, inferred_mode, key_positions, rows_by_position
 from .names import LINEAR_TENSORS, NameMap, resolve_map
 from .names import builtin_maps as _builtin_maps
+from .names.name_map import argument_value
 from .roles import Shard, TensorRole
-from .store import rank_folder_name, write_rank
+from .store import rank_destination, write_rank
 from .tensor_bytes import exact_copy
 from .tensor_facts import flags, installed_versions, local_tensor, module_facts, running_version
 from .types import AttrValue, CapturedTensor, CaptureManifest, EngineInfo, RankCapture, Unrecorded, UnrecordedReason
@@ -113,16 +114,6 @@ def _hf_config(model: torch.nn.Module, attention: torch.nn.Module) -> Any:
     return None
 
 
-def _rank_and_size(rank: int | None, tp_size: int | None) -> tuple[int, int]:
-    if rank is not None and tp_size is not None:
-        return int(rank), int(tp_size)
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return (int(rank) if rank is not None else dist.get_rank(),
-                int(tp_size) if tp_size is not None else dist.get_world_size())
-    return (int(rank) if rank is not None else 0, int(tp_size) if tp_size is not None else 1)
-
-
 def _role_of(name: str) -> TensorRole | None:
     if name in canon.DERIVED or name in canon.DERIVED_SCALES:
         return TensorRole.DERIVED_WEIGHT
@@ -173,13 +164,8 @@ class LayerCapture:
             raise ValueError(f"capture: layer must be a non-negative int, got {layer!r}")
         if call < 0:
             raise ValueError(f"capture: call must be >= 0, got {call}")
-        self.model, self.out, self.layer, self.call = model, Path(out).expanduser(), layer, call
-        self.rank, self.tp_size = _rank_and_size(rank, tp_size)
-        if not 0 <= self.rank < self.tp_size:
-            raise ValueError(f"capture: rank {self.rank} is outside tp_size {self.tp_size}")
-        self.folder = self.out / rank_folder_name(self.rank, self.tp_size)
-        if self.folder.exists():
-            raise FileExistsError(f"capture: {self.folder} already exists; refusing to overwrite it (choose a new out)")
+        self.model, self.layer, self.call = model, layer, call
+        self.out, self.rank, self.tp_size, self.folder = rank_destination("capture", out, rank, tp_size)
         self.attention_path, self.attention, self.name_map = _find_attention(model, layer, names)
         hf_config = _hf_config(model, self.attention)
         self.model_type = getattr(hf_config, "model_type", None)
@@ -321,28 +307,18 @@ class LayerCapture:
             self._handles.append(module.register_forward_hook(self._op_hook(entry.canonical, entry.path)))
 
     # -- hooks -------------------------------------------------------------------------------------
-    @staticmethod
-    def _argument(arg, args: tuple, kwargs: dict) -> Any:
-        if arg is None:
-            return None
-        if arg.keyword in kwargs:
-            return kwargs[arg.keyword]
-        if arg.position is not None and arg.position < len(args):
-            return args[arg.position]
-        return None
-
     def _layer_pre_hook(self, module, args, kwargs):
         self._calls += 1
         index = self._calls - 1
         self._inside = index == self.call
         if index < self.call:
             # An earlier call: its rows filled the KV cache the recorded call may read (context.py).
-            hidden, _ = local_tensor(self._argument(self.name_map.hidden_arg, args, kwargs))
-            positions, _ = local_tensor(self._argument(self.name_map.positions_arg, args, kwargs))
+            hidden, _ = local_tensor(argument_value(self.name_map.hidden_arg, args, kwargs))
+            positions, _ = local_tensor(argument_value(self.name_map.positions_arg, args, kwargs))
             self._context.add(hidden, positions, self.cfg.hidden_size)
         if not self._inside:
             return None
-        hidden, _ = local_tensor(self._argument(self.name_map.hidden_arg, args, kwargs))
+        hidden, _ = local_tensor(argument_value(self.name_map.hidden_arg, args, kwargs))
         if hidden is None:
             raise ValueError(
                 f"capture: the call of {self.attention_path or 'the attention module'} has no hidden states "
@@ -355,7 +331,7 @@ class LayerCapture:
                 f"capture: tokens {[t for t in self.tokens if t >= rows]} are out of range: the layer "
                 f"input has {rows} token rows"
             )
-        positions, _ = local_tensor(self._argument(self.name_map.positions_arg, args, kwargs))
+        positions, _ = local_tensor(argument_value(self.name_map.positions_arg, args, kwargs))
         if positions is not None:
             flat = positions.reshape(-1)
             if flat.numel() != rows:

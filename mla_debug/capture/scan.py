@@ -29,12 +29,13 @@ from typing import Any
 import torch
 
 from .names import NameMap, builtin_maps, map_for_class, resolve_map
-from .recorder import _hf_config, _rank_and_size
+from .names.name_map import argument_value
+from .recorder import _hf_config
 from .roles import Shard
 from .scan_maps import StreamRule, stream_rule
 from .scan_store import write_rank_scan
 from .scan_types import ScanManifest, ScanStep, StepSummary
-from .store import rank_folder_name
+from .store import rank_destination
 from .tensor_facts import installed_versions, local_tensor
 
 # Defaults that keep a 61-layer, 7168-wide model at 16 tokens under 5 MB per rank (benchmarks/RESULTS.md).
@@ -44,16 +45,6 @@ ROWS = 1
 _LAYER = re.compile(r"^(?P<prefix>(?:.*\.)?layers)\.(?P<index>\d+)$")
 # Whole rows are kept for the outputs only: an input's rows are the previous layer's output rows.
 _ROW_STEPS = (ScanStep.ATTN_OUTPUT, ScanStep.LAYER_OUTPUT)
-
-
-def _argument(arg, args: tuple, kwargs: dict) -> Any:
-    if arg is None:
-        return None
-    if arg.keyword in kwargs:
-        return kwargs[arg.keyword]
-    if arg.position is not None and arg.position < len(args):
-        return args[arg.position]
-    return None
 
 
 def _tensor(value: Any) -> torch.Tensor | None:
@@ -124,13 +115,8 @@ class ModelScan:
         for label, value, least in (("max_tokens", max_tokens, 1), ("columns", columns, 1), ("rows", rows, 0), ("call", call, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"scan: {label} must be an int >= {least}, got {value!r}")
-        self.model, self.out, self.call, self.note = model, Path(out).expanduser(), call, note
-        self.rank, self.tp_size = _rank_and_size(rank, tp_size)
-        if not 0 <= self.rank < self.tp_size:
-            raise ValueError(f"scan: rank {self.rank} is outside tp_size {self.tp_size}")
-        self.folder = self.out / rank_folder_name(self.rank, self.tp_size)
-        if self.folder.exists():
-            raise FileExistsError(f"scan: {self.folder} already exists; refusing to overwrite it (choose a new out)")
+        self.model, self.call, self.note = model, call, note
+        self.out, self.rank, self.tp_size, self.folder = rank_destination("scan", out, rank, tp_size)
         self.prefix, found = _decoder_layers(model)
         self.name_map = _pick_map(found, names)
         self.rule: StreamRule = stream_rule(engine or self.name_map.engine)
@@ -184,13 +170,13 @@ class ModelScan:
             if calls != self.call:
                 return None
             self._inside = index
-            hidden = _tensor(_argument(self.rule.hidden, args, kwargs))
+            hidden = _tensor(argument_value(self.rule.hidden, args, kwargs))
             if hidden is None:
                 raise ValueError(
                     f"scan: the call of {self.prefix}.{index} carries no hidden-states tensor (argument "
                     f"{self.rule.hidden}; rule of {self.rule.source})"
                 )
-            residual = _tensor(_argument(self.rule.residual, args, kwargs)) if self.rule.residual else None
+            residual = _tensor(argument_value(self.rule.residual, args, kwargs)) if self.rule.residual else None
             stream = hidden if residual is None else hidden.float() + residual.float()
             self._summarize(index, ScanStep.LAYER_INPUT, stream, hidden.dtype, Shard.REPLICATED)
             return None
@@ -225,7 +211,7 @@ class ModelScan:
         def hook(module, args, kwargs):
             if self._inside != index or (index, ScanStep.ATTN_INPUT) in self.summaries:
                 return None
-            hidden = _tensor(_argument(self.name_map.hidden_arg, args, kwargs))
+            hidden = _tensor(argument_value(self.name_map.hidden_arg, args, kwargs))
             if hidden is None:
                 raise ValueError(
                     f"scan: the call of {self.prefix}.{index}.{self.name_map.attention_attr} has no hidden states "

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from .._files import folder_atomically
 from .scan_types import SCAN_FORMAT_VERSION, RankScan, Scan, ScanManifest, ScanStep, StepSummary
-from .store import RANK_FOLDER, rank_folder_name
+from .store import RANK_FOLDER, rank_folder_name, read_rank_document
 
 SCAN_FILE = "scan.json"
 SCAN_TENSORS = "scan.safetensors"
@@ -107,12 +107,7 @@ def write_rank_scan(out: str | os.PathLike, manifest: ScanManifest, rank: int, s
 
 def read_rank_scan(folder: Path) -> tuple[ScanManifest, RankScan]:
     path = folder / SCAN_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no {SCAN_FILE} (not a scan rank folder, or an interrupted write)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); the file is corrupt") from None
+    data = read_rank_document(folder, SCAN_FILE, "scan")
     manifest = manifest_from_json(data, str(path))
     tensors_path = folder / SCAN_TENSORS
     if not tensors_path.is_file():

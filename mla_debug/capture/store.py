@@ -34,6 +34,43 @@ def rank_folder_name(rank: int, tp_size: int) -> str:
     return f"rank{rank}-of-{tp_size}"
 
 
+def _rank_and_size(rank: int | None, tp_size: int | None) -> tuple[int, int]:
+    if rank is not None and tp_size is not None:
+        return int(rank), int(tp_size)
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return (int(rank) if rank is not None else dist.get_rank(),
+                int(tp_size) if tp_size is not None else dist.get_world_size())
+    return (int(rank) if rank is not None else 0, int(tp_size) if tp_size is not None else 1)
+
+
+def rank_destination(
+    what: str, out: str | os.PathLike, rank: int | None, tp_size: int | None
+) -> tuple[Path, int, int, Path]:
+    """(out, rank, tp_size, the rank's folder under out) where `what` ("capture", "scan") writes one rank:
+    rank and size default to torch.distributed's (else 0 of 1); a rank outside the size, or a folder that
+    exists already, is refused."""
+    out = Path(out).expanduser()
+    rank, tp_size = _rank_and_size(rank, tp_size)
+    if not 0 <= rank < tp_size:
+        raise ValueError(f"{what}: rank {rank} is outside tp_size {tp_size}")
+    folder = out / rank_folder_name(rank, tp_size)
+    if folder.exists():
+        raise FileExistsError(f"{what}: {folder} already exists; refusing to overwrite it (choose a new out)")
+    return out, rank, tp_size, folder
+
+
+def read_rank_document(folder: Path, name: str, what: str) -> Any:
+    """The JSON document `name` of a `what` rank folder ("capture", "scan"), or why there is none."""
+    path = folder / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: no {name} (not a {what} rank folder, or an interrupted write)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); the file is corrupt") from None
+
+
 def manifest_to_json(manifest: CaptureManifest) -> dict[str, Any]:
     document = {
         "format_version": manifest.format_version,
@@ -133,12 +170,7 @@ def write_rank(out: str | os.PathLike, manifest: CaptureManifest, rank: RankCapt
 
 def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: no {MANIFEST_FILE} (not a capture rank folder, or an interrupted write)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); the file is corrupt") from None
+    data = read_rank_document(folder, MANIFEST_FILE, "capture")
     if not isinstance(data, dict) or not isinstance(data.get("tensors"), dict):
         raise ValueError(f"{path}: not a capture manifest (no 'tensors' table)")
     return data

@@ -130,6 +130,16 @@ def add_start_position(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_output_file(parser: argparse.ArgumentParser, option: str, suffix: str, what: str, noun: str) -> None:
+    """An option naming a `suffix` file to write `what` to; the writers never overwrite (`common.written`)."""
+    parser.add_argument(
+        option,
+        default=None,
+        metavar=f"FILE{suffix}",
+        help=f"write {what} here (an existing file is kept: the {noun} goes to FILE-2{suffix})",
+    )
+
+
 def add_ignore_extra(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ignore-extra",

@@ -13,27 +13,32 @@ from collections.abc import Callable
 
 from .capture_explain import add_diff_parser, add_explain_parser
 from .capture_sglang import add_export_parser, add_import_parser
+from .common import add_actions, add_command
 from .table import print_columns
 
 
 def add_parser(sub) -> None:
     """Register `capture` and its actions on the `mla-debug` subparsers."""
-    capture = sub.add_parser(
+    capture = add_command(
+        sub,
         "capture",
-        help="inspect, diff and explain layer captures taken from a running model (`capture show|diff|explain`)",
-        description="Layer captures written by md.capture (or the engine recipes): one rank<r>-of-<T> folder "
+        None,
+        "inspect, diff and explain layer captures taken from a running model (`capture show|diff|explain`)",
+        "Layer captures written by md.capture (or the engine recipes): one rank<r>-of-<T> folder "
         "per rank. `capture show DIR` prints what one holds.",
     )
-    actions = capture.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = add_actions(capture)
     for register in ACTIONS:
         register(actions)
 
 
 def add_show(actions) -> None:
-    show = actions.add_parser(
+    show = add_command(
+        actions,
         "show",
-        help="the manifest and, per rank, every tensor's dtype, shape, strides and attributes",
-        description="Print a capture's manifest and, per rank, each tensor: role, step, dtype, shape, "
+        run_show,
+        "the manifest and, per rank, every tensor's dtype, shape, strides and attributes",
+        "Print a capture's manifest and, per rank, each tensor: role, step, dtype, shape, "
         "strides, storage offset, how it shards over ranks, and the engine attributes recorded with it.",
     )
     show.add_argument("path", metavar="DIR", help="the capture folder (holding rank<r>-of-<T>/ folders)")
@@ -43,7 +48,6 @@ def add_show(actions) -> None:
         action="store_true",
         help="show a capture whose ranks disagree on a replicated tensor instead of stopping at the first",
     )
-    show.set_defaults(func=run_show)
 
 
 ACTIONS: list[Callable] = [add_show, add_diff_parser, add_explain_parser, add_import_parser, add_export_parser]

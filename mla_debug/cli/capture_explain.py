@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .common import add_command
 from .table import print_columns
 
 
@@ -33,10 +34,12 @@ def _checkpoint_option(parser) -> None:
 
 
 def add_diff_parser(actions) -> None:
-    diff = actions.add_parser(
+    diff = add_command(
+        actions,
         "diff",
-        help="per step and rank, where capture B leaves capture A; weights' bytes in layout or value",
-        description="Diff two captures of one layer (e.g. TP2 and TP4) on the same tokens: each step's error "
+        _cmd_diff,
+        "per step and rank, where capture B leaves capture A; weights' bytes in layout or value",
+        "Diff two captures of one layer (e.g. TP2 and TP4) on the same tokens: each step's error "
         "of B against A, less what the two layer inputs' own difference explains, judged by the FP8 noise floor; "
         "and each weight's and scale's bytes on every rank against the checkpoint (same bytes, shuffled N times, "
         "scale order, other values). Without --checkpoint it says which weights it judged against, the same "
@@ -46,14 +49,15 @@ def add_diff_parser(actions) -> None:
     diff.add_argument("b", metavar="B", nargs="?", default=None, help="capture folder under test")
     diff.add_argument("--reference", action="store_true", help="diff A against mla_debug's reference run (no B)")
     _checkpoint_option(diff)
-    diff.set_defaults(func=_cmd_diff)
 
 
 def add_explain_parser(actions) -> None:
-    explain = actions.add_parser(
+    explain = add_command(
+        actions,
         "explain",
-        help="which layout story explains each diverging step of a capture",
-        description="For each step of capture A that diverges (from mla_debug's reference run, or from capture "
+        _cmd_explain,
+        "which layout story explains each diverging step of a capture",
+        "For each step of capture A that diverges (from mla_debug's reference run, or from capture "
         "--against B) and each derived weight (W_UK, W_UV), compute the known layout stories from the captured "
         "tensors and rank them by how well each reproduces what the engine produced.",
     )
@@ -65,7 +69,6 @@ def add_explain_parser(actions) -> None:
         help="find the diverging steps against this capture (default: the reference run)",
     )
     _checkpoint_option(explain)
-    explain.set_defaults(func=_cmd_explain)
 
 
 def _load(path: str, label: str):

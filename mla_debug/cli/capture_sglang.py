@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import argparse
 
+from .common import add_command
+
 
 def add_import_parser(actions) -> None:
-    parser = actions.add_parser(
+    parser = add_command(
+        actions,
         "import-sglang",
-        help="read a folder SGLang's dumper wrote into a capture folder",
-        description="Read SGLang's dumper folder DUMP (files step=...___rank=...___name=....pt, every rank) - one "
+        run_import,
+        "read a folder SGLang's dumper wrote into a capture folder",
+        "Read SGLang's dumper folder DUMP (files step=...___rank=...___name=....pt, every rank) - one "
         "decoder layer's attention at one forward step - and write it as the capture folder OUT. Files are read "
         "with torch.load(weights_only=True): one that needs pickled code is refused.",
     )
@@ -25,14 +29,15 @@ def add_import_parser(actions) -> None:
     parser.add_argument("--config", help="the model's Hugging Face folder or config.json (default: the dump's tokenizer path)")
     parser.add_argument("--layer", type=int, help="which decoder layer (default: the only one dumped)")
     parser.add_argument("--step", type=int, help="which forward step (default: the only one dumped)")
-    parser.set_defaults(func=run_import)
 
 
 def add_export_parser(actions) -> None:
-    parser = actions.add_parser(
+    parser = add_command(
+        actions,
         "export",
-        help="write a capture in another tool's layout (--format sglang: SGLang's dumper, for its comparator)",
-        description="Write capture CAPTURE under OUT/<exp-name>/ in SGLang 0.5.23's dumper layout (names, "
+        run_export,
+        "write a capture in another tool's layout (--format sglang: SGLang's dumper, for its comparator)",
+        "Write capture CAPTURE under OUT/<exp-name>/ in SGLang 0.5.23's dumper layout (names, "
         "per-rank files, value+meta records with the comparator's dims and tp ranks).",
     )
     parser.add_argument("capture", metavar="CAPTURE", help="the capture folder to export")
@@ -40,7 +45,6 @@ def add_export_parser(actions) -> None:
     parser.add_argument("--format", choices=["sglang"], required=True, help="the layout: sglang (SGLang 0.5.23's dumper)")
     parser.add_argument("--exp-name", default="dump", help="the experiment folder under OUT (default: dump)")
     parser.add_argument("--weights", action="store_true", help="also export the linear weights (param__ names)")
-    parser.set_defaults(func=run_export)
 
 
 def run_import(args: argparse.Namespace) -> int:

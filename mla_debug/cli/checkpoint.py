@@ -7,26 +7,29 @@ import argparse
 
 def add_parser(sub) -> None:
     from ..model import PRESETS
+    from .common import add_actions, add_command
 
-    checkpoint = sub.add_parser(
+    checkpoint = add_command(
+        sub,
         "checkpoint",
-        help="make synthetic one-layer checkpoints",
-        description="Synthetic checkpoints: `checkpoint make` writes one seeded attention layer as a Hugging "
-        "Face folder (config.json, model.safetensors and its index) that `triage --checkpoint` and `layouts` read.",
+        None,
+        "make synthetic one-layer checkpoints",
+        "Synthetic checkpoints: `checkpoint make` writes one seeded attention layer as a Hugging Face folder "
+        "(config.json, model.safetensors and its index) that `triage --checkpoint` and `layouts` read.",
     )
-    checkpoint_sub = checkpoint.add_subparsers(dest="action", required=True, metavar="ACTION")
-    make = checkpoint_sub.add_parser(
+    make = add_command(
+        add_actions(checkpoint),
         "make",
-        help="write a seeded synthetic layer as a Hugging Face folder",
-        description="Write a seeded synthetic attention layer (DeepSeek-like weight statistics, fp8 with "
-        "128x128 block scales unless --no-quantize) as a new Hugging Face folder.",
+        _cmd_checkpoint,
+        "write a seeded synthetic layer as a Hugging Face folder",
+        "Write a seeded synthetic attention layer (DeepSeek-like weight statistics, fp8 with 128x128 block "
+        "scales unless --no-quantize) as a new Hugging Face folder.",
     )
     make.add_argument("--preset", required=True, help=f"model preset: {', '.join(PRESETS)}")
     make.add_argument("--out", required=True, help="new (or empty) folder to write; never overwritten")
     make.add_argument("--seed", type=int, default=0, help="seed of the weights; same seed, same bytes (default: 0)")
     make.add_argument("--layer", type=int, default=0, help="layer index used in the tensor names (default: 0)")
     make.add_argument("--no-quantize", action="store_true", help="keep bf16 weights (no fp8, no scales)")
-    make.set_defaults(func=_cmd_checkpoint)
 
 
 def _cmd_checkpoint(args: argparse.Namespace) -> int:

@@ -1,9 +1,31 @@
-"""What the `mla-debug` subcommands share: the version, checks of output paths made before any work
-starts, and the notice for a report that went beside a name already taken."""
+"""What the `mla-debug` subcommands share: how a command or action is registered, checks of output paths
+made before any work starts, and the notice for a report that went beside a name already taken."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from pathlib import Path
+
+
+def add_command(
+    sub, name: str, run: Callable[[argparse.Namespace], int] | None, summary: str, description: str
+) -> argparse.ArgumentParser:
+    """Register command (or action) `name` on the subparsers `sub`: `summary` is its line in the parent's
+    list, `description` its own ``--help``, `run` what `mla-debug` calls with the parsed arguments (None
+    for a group whose actions each bring their own)."""
+    parser = sub.add_parser(name, help=summary, description=description)
+    if run is not None:
+        parser.set_defaults(func=run)
+    return parser
+
+
+def add_actions(group: argparse.ArgumentParser, default: Callable[[argparse.Namespace], int] | None = None):
+    """The subparsers of a command group's actions (`mla-debug GROUP ACTION`): one must be named, unless
+    `default` runs when none is."""
+    if default is not None:
+        group.set_defaults(func=default, action=None)
+    return group.add_subparsers(dest="action", required=default is None, metavar="ACTION")
 
 
 def _first_existing(path: Path) -> Path:

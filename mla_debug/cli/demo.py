@@ -22,13 +22,10 @@ DESCRIPTION = (
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(
-        "demo",
-        help="the main job on defaults: TP triage of DeepSeek-V3 on MI355X (see make demo)",
-        description=DESCRIPTION,
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=run)
+    from .common import add_command
+
+    summary = "the main job on defaults: TP triage of DeepSeek-V3 on MI355X (see make demo)"
+    add_arguments(add_command(sub, "demo", run, summary, DESCRIPTION))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

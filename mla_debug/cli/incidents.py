@@ -7,29 +7,31 @@ from __future__ import annotations
 import argparse
 import json
 
+from .common import add_actions, add_command
 from .table import print_columns
 
 
 def add_parser(sub) -> None:
-    incidents = sub.add_parser(
+    incidents = add_command(
+        sub,
         "incidents",
-        help="the public record's FP8 incidents; `incidents run NAME` reproduces one and diagnoses it",
-        description="Incidents of the public record (vLLM, SGLang, aiter issues and pull requests) shipped as data "
-        "in data/incidents/: each says what happened and how mla_debug reproduces it - a triage of a scenario, "
-        "a planted capture pair, or one op's held tensors. `incidents run NAME` runs that reproduction and "
-        "prints what mla_debug finds beside what the thread reported, then each field of the file's expected "
-        "diagnosis.",
+        None,
+        "the public record's FP8 incidents; `incidents run NAME` reproduces one and diagnoses it",
+        "Incidents of the public record (vLLM, SGLang, aiter issues and pull requests) shipped as data in "
+        "data/incidents/: each says what happened and how mla_debug reproduces it - a triage of a scenario, a "
+        "planted capture pair, or one op's held tensors. `incidents run NAME` runs that reproduction and prints "
+        "what mla_debug finds beside what the thread reported, then each field of the file's expected diagnosis.",
     )
-    incidents.set_defaults(func=_cmd_list, action=None)
-    actions = incidents.add_subparsers(dest="action", metavar="ACTION")
-    listing = actions.add_parser("list", help="the incidents (the default)", description="Every shipped incident.")
-    listing.set_defaults(func=_cmd_list)
-    run = actions.add_parser(
+    actions = add_actions(incidents, default=_cmd_list)
+    add_command(actions, "list", _cmd_list, "the incidents (the default)", "Every shipped incident.")
+    run = add_command(
+        actions,
         "run",
-        help="reproduce an incident and print its diagnosis beside the thread's",
-        description="Reproduce one incident (a name from `mla-debug incidents`, or an incident file) and print "
-        "the diagnosis mla_debug derives beside what the thread reported. A triage reproduction takes from "
-        "seconds to a few minutes on a CPU.",
+        _cmd_run,
+        "reproduce an incident and print its diagnosis beside the thread's",
+        "Reproduce one incident (a name from `mla-debug incidents`, or an incident file) and print the diagnosis "
+        "mla_debug derives beside what the thread reported. A triage reproduction takes from seconds to a few "
+        "minutes on a CPU.",
     )
     run.add_argument("incident", metavar="NAME_OR_FILE", help="an incident name or a .yaml incident file")
     run.add_argument(
@@ -39,7 +41,6 @@ def add_parser(sub) -> None:
         help="run only this reproduction (repeatable; default: every one the file names)",
     )
     run.add_argument("--json", metavar="FILE", help="also write the diagnosis as JSON (never overwrites)")
-    run.set_defaults(func=_cmd_run)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

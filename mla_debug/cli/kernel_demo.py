@@ -130,8 +130,9 @@ DESCRIPTION = (
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("kernel-demo", help="the silent layout bugs, one GEMM at a time", description=DESCRIPTION)
-    parser.set_defaults(func=run)
+    from .common import add_command
+
+    add_command(sub, "kernel-demo", run, "the silent layout bugs, one GEMM at a time", DESCRIPTION)
 
 
 def run(args: argparse.Namespace | None = None) -> int:

@@ -8,25 +8,28 @@ from __future__ import annotations
 import argparse
 
 from .args import add_platform
+from .common import add_command
 from .table import print_columns
 
 
 def add_parser(sub) -> None:
-    kernels = sub.add_parser(
+    add_command(
+        sub,
         "kernels",
-        help="list kernels and norm+quant backends, their flags and availability",
-        description="Every registered kernel: whether it wants column-major activation scales, whether it "
-        "preshuffles its weight at load, whether it runs on this machine (and why not), and what it emulates. "
-        "Then every norm+quant backend (the fused RMSNorm + FP8 group quant): whether it runs on CPU tensors "
-        "(and CUDA tensors where a GPU is visible), and which one 'auto' picks for each.",
+        _cmd_kernels,
+        "list kernels and norm+quant backends, their flags and availability",
+        "Every registered kernel: whether it wants column-major activation scales, whether it preshuffles its "
+        "weight at load, whether it runs on this machine (and why not), and what it emulates. Then every "
+        "norm+quant backend (the fused RMSNorm + FP8 group quant): whether it runs on CPU tensors (and CUDA "
+        "tensors where a GPU is visible), and which one 'auto' picks for each.",
     )
-    kernels.set_defaults(func=_cmd_kernels)
-
-    select = sub.add_parser(
+    select = add_command(
+        sub,
         "select",
-        help="which kernel a layer shape gets, and why",
-        description="Which kernel a serving engine's policy picks for per-rank weight shapes on a platform, and "
-        "why; with --m and aiter's tuned CSVs, which tuned row aiter itself would use for that M.",
+        _cmd_select,
+        "which kernel a layer shape gets, and why",
+        "Which kernel a serving engine's policy picks for per-rank weight shapes on a platform, and why; with --m "
+        "and aiter's tuned CSVs, which tuned row aiter itself would use for that M.",
     )
     select.add_argument("shape", nargs="+", help="per-rank weight shape NxK, e.g. 3072x1536")
     add_platform(select)
@@ -38,7 +41,6 @@ def add_parser(sub) -> None:
     select.add_argument("--before-pr51692", action="store_true", help="vLLM's ROCm order before the preshuffled kernel")
     select.add_argument("--disable", nargs="*", help="kernel names or vLLM class names to disable")
     select.add_argument("--emulated", action="store_true", help="never use the real aiter even when importable")
-    select.set_defaults(func=_cmd_select)
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:

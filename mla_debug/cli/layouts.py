@@ -9,14 +9,19 @@ from .table import print_columns
 
 
 def add_parser(sub) -> None:
-    layouts = sub.add_parser(
+    from .args import add_ignore_extra
+    from .common import add_command
+
+    layouts = add_command(
+        sub,
         "layouts",
-        help="say how saved tensors' bytes relate to a reference: shuffled N times, scale order, unrelated",
-        description="Layout forensics on saved tensors. OBSERVED and --reference are each a checkpoint folder "
-        "(Hugging Face, config.json + safetensors) or a .safetensors dump (safetensors.torch.save_file). Weights "
-        "are matched against the reference shuffled 0..4 times with (16, 16) or (32, 16); 2-D float32 tensors "
-        "named *_scale or *.scale are activation scales whose reference holds the logical (M, G) values. A dump "
-        "keeps bytes, not strides. Without --reference, each tensor's shape, dtype and shuffle eligibility.",
+        _cmd_layouts,
+        "say how saved tensors' bytes relate to a reference: shuffled N times, scale order, unrelated",
+        "Layout forensics on saved tensors. OBSERVED and --reference are each a checkpoint folder (Hugging Face, "
+        "config.json + safetensors) or a .safetensors dump (safetensors.torch.save_file). Weights are matched "
+        "against the reference shuffled 0..4 times with (16, 16) or (32, 16); 2-D float32 tensors named *_scale or "
+        "*.scale are activation scales whose reference holds the logical (M, G) values. A dump keeps bytes, not "
+        "strides. Without --reference, each tensor's shape, dtype and shuffle eligibility.",
     )
     layouts.add_argument(
         "observed", metavar="OBSERVED", help="checkpoint folder or .safetensors file whose bytes are examined"
@@ -39,10 +44,7 @@ def add_parser(sub) -> None:
         metavar="N",
         help="layer to read (default: 0 for a folder, the one layer of a dump)",
     )
-    from .args import add_ignore_extra
-
     add_ignore_extra(layouts)
-    layouts.set_defaults(func=_cmd_layouts)
 
 
 def _cmd_layouts(args: argparse.Namespace) -> int:
@@ -123,6 +125,7 @@ def _layouts_read_dump(path, layer: int | None, role: str) -> tuple[dict, str, i
     """A .safetensors dump's tensors. Keys like ``model.layers.3.self_attn.kv_b_proj.weight`` become
     ``kv_b_proj.weight`` (the checkpoint's short names) for the chosen layer; other layers are skipped."""
     from ..model.checkpoint import open_safetensors, split_layer_key
+
     with open_safetensors(path, f"{role} {path}") as handle:  # reads the header; tensors on demand
         keys = list(handle.keys())
         by_layer: dict[int, list[tuple[str, str]]] = {}

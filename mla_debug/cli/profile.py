@@ -25,13 +25,17 @@ INSTALL_HINT = "pip install 'mla-debug[profile]' (tensorboard and torch-tb-profi
 
 def add_parser(sub) -> None:
     """Register `profile`, `traces` and `tensorboard` on the `mla-debug` subparsers."""
-    profile = sub.add_parser(
-        "profile",
-        help="profile one layer run on a synthetic checkpoint: per-step time and the trace folder",
-        description="Run one attention layer under torch.profiler (after warm-up runs) and write its trace "
-        "to a fresh folder; print the time, ops and kernels of every step.",
-    )
     from .args import MODES, add_device, add_model, add_platform, add_scenario, add_seed, add_tokens, add_tp
+    from .common import add_actions, add_command
+
+    profile = add_command(
+        sub,
+        "profile",
+        run_profile,
+        "profile one layer run on a synthetic checkpoint: per-step time and the trace folder",
+        "Run one attention layer under torch.profiler (after warm-up runs) and write its trace to a fresh folder; "
+        "print the time, ops and kernels of every step.",
+    )
 
     add_model(profile, "tiny")
     add_platform(profile)
@@ -51,19 +55,21 @@ def add_parser(sub) -> None:
     profile.add_argument(
         "--out", default="profiles", metavar="DIR", help="parent folder of the run's fresh trace folder"
     )
-    profile.set_defaults(func=run_profile)
 
-    traces = sub.add_parser(
+    traces = add_command(
+        sub,
         "traces",
-        help="work with recorded traces (`traces compare A B`)",
-        description="Recorded traces: `traces compare A B` prints per-step and per-kernel time of B against A "
-        "and the kernels added or removed.",
+        None,
+        "work with recorded traces (`traces compare A B`)",
+        "Recorded traces: `traces compare A B` prints per-step and per-kernel time of B against A and the kernels "
+        "added or removed.",
     )
-    traces_sub = traces.add_subparsers(dest="action", required=True, metavar="ACTION")
-    compare = traces_sub.add_parser(
+    compare = add_command(
+        add_actions(traces),
         "compare",
-        help="per-step and per-kernel time of trace B against trace A; kernels added or removed",
-        description="A and B are trace folders (as `mla-debug profile` writes them) or .pt.trace.json(.gz) files.",
+        run_compare,
+        "per-step and per-kernel time of trace B against trace A; kernels added or removed",
+        "A and B are trace folders (as `mla-debug profile` writes them) or .pt.trace.json(.gz) files.",
     )
     compare.add_argument("a", help="the baseline trace (folder or file)")
     compare.add_argument("b", help="the trace compared with it")
@@ -71,16 +77,16 @@ def add_parser(sub) -> None:
     compare.add_argument(
         "--full-names", action="store_true", help="print whole demangled kernel names (default: one short line)"
     )
-    compare.set_defaults(func=run_compare)
 
-    tensorboard = sub.add_parser(
+    tensorboard = add_command(
+        sub,
         "tensorboard",
-        help="browse trace folders in TensorBoard (local only; needs the `profile` extra)",
-        description="Start TensorBoard on 127.0.0.1 with DIR as its log dir; Ctrl-C stops it.",
+        run_tensorboard,
+        "browse trace folders in TensorBoard (local only; needs the `profile` extra)",
+        "Start TensorBoard on 127.0.0.1 with DIR as its log dir; Ctrl-C stops it.",
     )
     tensorboard.add_argument("dir", nargs="?", default="profiles", help="folder holding trace folders")
     tensorboard.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
-    tensorboard.set_defaults(func=run_tensorboard)
 
 
 def _number(value: Any) -> float | None:

@@ -7,23 +7,21 @@ import argparse
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(
+    from .args import add_output_file
+    from .common import add_command
+
+    parser = add_command(
+        sub,
         "report",
-        help="show a saved triage (triage --json) again: summary, culprits, patching checks, and its HTML report",
-        description="Read a triage saved as JSON (`triage --json`, `TriageResult.to_json`; schemas 1 to 5), print "
-        "its summary table, culprits and activation-patching checks, and with --html draw its self-contained HTML "
-        "report again - the same report the triage wrote, made without re-running anything. Reports of older "
-        "schemas keep less (no block heatmaps or patching checks, schema 1 no provenance); the HTML says what is "
-        "missing.",
+        run,
+        "show a saved triage (triage --json) again: summary, culprits, patching checks, and its HTML report",
+        "Read a triage saved as JSON (`triage --json`, `TriageResult.to_json`; schemas 1 to 5), print its summary "
+        "table, culprits and activation-patching checks, and with --html draw its self-contained HTML report again "
+        "- the same report the triage wrote, made without re-running anything. Reports of older schemas keep less "
+        "(no block heatmaps or patching checks, schema 1 no provenance); the HTML says what is missing.",
     )
     parser.add_argument("triage_json", metavar="TRIAGE.json", help="a triage report saved as JSON")
-    parser.add_argument(
-        "--html",
-        default=None,
-        metavar="FILE.html",
-        help="write the HTML report here (an existing file is kept: the report goes to FILE-2.html)",
-    )
-    parser.set_defaults(func=run)
+    add_output_file(parser, "--html", ".html", "the HTML report", "report")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import argparse
 
+from .common import add_actions, add_command
+
 
 def add_parser(sub) -> None:
-    scan = sub.add_parser(
+    scan = add_command(
+        sub,
         "scan",
-        help="summarize every decoder layer of one forward, and compare two scans (`scan run|show|compare`)",
-        description="Whole-model scans written by md.scan (or the vLLM recipe): one rank<r>-of-<T> folder per rank.",
+        None,
+        "summarize every decoder layer of one forward, and compare two scans (`scan run|show|compare`)",
+        "Whole-model scans written by md.scan (or the vLLM recipe): one rank<r>-of-<T> folder per rank.",
     )
-    actions = scan.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = add_actions(scan)
 
-    run = actions.add_parser(
+    run = add_command(
+        actions,
         "run",
-        help="scan one forward of a Hugging Face model folder (transformers; under torchrun with --tp-plan auto)",
-        description="Load MODEL with transformers, run one forward on the given token ids and scan every decoder "
+        run_scan,
+        "scan one forward of a Hugging Face model folder (transformers; under torchrun with --tp-plan auto)",
+        "Load MODEL with transformers, run one forward on the given token ids and scan every decoder "
         "layer into OUT. Under torchrun, --tp-plan auto shards the model with transformers' own tensor parallelism "
         "and each rank writes OUT/rank<r>-of-<T>/.",
     )
@@ -35,23 +41,22 @@ def add_parser(sub) -> None:
     run.add_argument("--tp-plan", default=None, help="transformers' tp_plan (e.g. auto) when run under torchrun")
     run.add_argument("--dtype", default="auto", help="the dtype to load the model in (default: the checkpoint's)")
     run.add_argument("--note", default="", help="a note kept in the scan's manifest")
-    run.set_defaults(func=run_scan)
 
-    show = actions.add_parser("show", help="a scan's manifest, layers and size", description="Print what a scan holds.")
+    show = add_command(actions, "show", run_show, "a scan's manifest, layers and size", "Print what a scan holds.")
     show.add_argument("path", metavar="DIR", help="the scan folder (holding rank<r>-of-<T>/ folders)")
-    show.set_defaults(func=run_show)
 
-    compare = actions.add_parser(
+    compare = add_command(
+        actions,
         "compare",
-        help="the first layer whose divergence its own input does not explain, and how to capture it",
-        description="Compare scan B (under test) with scan A (the baseline) layer by layer: each step's difference "
+        run_compare,
+        "the first layer whose divergence its own input does not explain, and how to capture it",
+        "Compare scan B (under test) with scan A (the baseline) layer by layer: each step's difference "
         "judged against what its own input passed on; prints the first diverging layer and the md.capture call for it.",
     )
     compare.add_argument("a", metavar="A", help="the baseline scan (e.g. TP2)")
     compare.add_argument("b", metavar="B", help="the scan under test (e.g. TP4)")
     compare.add_argument("--every-step", action="store_true", help="print every step of every layer")
     compare.add_argument("--json", metavar="OUT.json", help="also write the comparison as JSON (never overwritten)")
-    compare.set_defaults(func=run_compare)
 
 
 def run_scan(args: argparse.Namespace) -> int:

@@ -9,36 +9,38 @@ import argparse
 from dataclasses import fields
 
 from .args import add_platform, add_settings
+from .common import add_actions, add_command
 from .table import print_columns
 
 
 def add_parser(sub) -> None:
-    scenarios = sub.add_parser(
+    scenarios = add_command(
+        sub,
         "scenarios",
-        help="list the named scenarios and engine profiles; show what one resolves to on a platform",
-        description="The named scenarios: built-in seed scenarios (each models one vLLM pull request, not a "
-        "release) and engine profiles (each models a release of vLLM or SGLang, read from data/engines/). "
-        "`scenarios show NAME --platform P` prints what a scenario resolves to on P: the settings in effect, "
-        "the rules that applied (what each says and where the engine's code does it), the kernel priority "
-        "and the model behaviour.",
+        None,
+        "list the named scenarios and engine profiles; show what one resolves to on a platform",
+        "The named scenarios: built-in seed scenarios (each models one vLLM pull request, not a release) and "
+        "engine profiles (each models a release of vLLM or SGLang, read from data/engines/). `scenarios show "
+        "NAME --platform P` prints what a scenario resolves to on P: the settings in effect, the rules that "
+        "applied (what each says and where the engine's code does it), the kernel priority and the model "
+        "behaviour.",
     )
-    scenarios.set_defaults(func=_cmd_list, action=None)
-    actions = scenarios.add_subparsers(dest="action", metavar="ACTION")
-    listing = actions.add_parser(
-        "list", help="the named scenarios (the default)", description="Every named scenario and what it models."
+    actions = add_actions(scenarios, default=_cmd_list)
+    add_command(
+        actions, "list", _cmd_list, "the named scenarios (the default)", "Every named scenario and what it models."
     )
-    listing.set_defaults(func=_cmd_list)
-    show = actions.add_parser(
+    show = add_command(
+        actions,
         "show",
-        help="what a scenario resolves to on a platform",
-        description="What a scenario (a name or a .yml/.yaml/.json file) resolves to on a platform: the settings "
-        "in effect, the rules that applied with their sources, the kernel priority, disabled kernels, kernel "
-        "options, per-layer overrides and the model behaviour fields that differ from their defaults.",
+        _cmd_show,
+        "what a scenario resolves to on a platform",
+        "What a scenario (a name or a .yml/.yaml/.json file) resolves to on a platform: the settings in effect, "
+        "the rules that applied with their sources, the kernel priority, disabled kernels, kernel options, "
+        "per-layer overrides and the model behaviour fields that differ from their defaults.",
     )
     show.add_argument("scenario", metavar="NAME_OR_FILE", help="a named scenario or a scenario file")
     add_platform(show)
     add_settings(show)
-    show.set_defaults(func=_cmd_show)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

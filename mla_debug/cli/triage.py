@@ -18,6 +18,7 @@ def add_parser(sub) -> None:
         add_checkpoint,
         add_device,
         add_model,
+        add_output_file,
         add_platform,
         add_scenario,
         add_seed,
@@ -25,13 +26,16 @@ def add_parser(sub) -> None:
         add_tokens,
         add_tp,
     )
+    from .common import add_command
 
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "triage",
-        help="run a layer at several TP sizes under a serving scenario and find where and why it diverges",
-        description="Run one attention layer at every TP size and mode under each scenario, compare every step "
-        "with the reference run, and name the smallest change that restores each diverged configuration. "
-        "Options are checked before any weight is built or read.",
+        run,
+        "run a layer at several TP sizes under a serving scenario and find where and why it diverges",
+        "Run one attention layer at every TP size and mode under each scenario, compare every step with the "
+        "reference run, and name the smallest change that restores each diverged configuration. Options are "
+        "checked before any weight is built or read.",
     )
     add_model(parser, "deepseek-v3", note="; with --checkpoint its config.json is used")
     add_platform(parser)
@@ -48,21 +52,10 @@ def add_parser(sub) -> None:
     )
     add_seed(parser)
     add_checkpoint(parser)
-    parser.add_argument(
-        "--report",
-        default=None,
-        metavar="FILE.html",
-        help="write a self-contained HTML report here (an existing file is kept: the report goes to FILE-2.html)",
-    )
-    parser.add_argument(
-        "--json",
-        default=None,
-        metavar="FILE.json",
-        help="write the JSON summary here (an existing file is kept: the summary goes to FILE-2.json)",
-    )
+    add_output_file(parser, "--report", ".html", "a self-contained HTML report", "report")
+    add_output_file(parser, "--json", ".json", "the JSON summary", "summary")
     parser.add_argument("--no-bisect", action="store_true", help="skip the culprit search")
     add_device(parser, None)
-    parser.set_defaults(func=run)
 
 
 def _paths_for(base: str | None, scenario: str, several: bool) -> Path | None:
@@ -180,6 +173,13 @@ def render_culprits(result, console: Console) -> None:
         console.print(f"[dim]provenance: {escape(result.provenance.line())}[/]")
 
 
+def _layer_options(args: argparse.Namespace) -> dict:
+    """Which layer the options pick and how it is read, as `check_layer_options` and `TriageSession` take them."""
+    return dict(
+        layer=args.layer, start_position=args.start_position, quantize=args.quantize, ignore_extra=args.ignore_extra
+    )
+
+
 def check_args(args: argparse.Namespace) -> tuple[list, object]:
     """Every option checked before any weight is built or read (DeepSeek-V3's take seconds to build, a
     real checkpoint's much longer to read): returns (scenarios, platform). Raises ValueError & co."""
@@ -198,16 +198,7 @@ def check_args(args: argparse.Namespace) -> tuple[list, object]:
     plat = platform_of(args.platform)
     settings = parse_settings(args.settings)
     scenarios = [scenario_with_settings(spec, settings) for spec in args.scenario]
-    check_layer_options(
-        args.model,
-        args.checkpoint,
-        tp_sizes=args.tp,
-        tokens=args.tokens,
-        layer=args.layer,
-        start_position=args.start_position,
-        quantize=args.quantize,
-        ignore_extra=args.ignore_extra,
-    )
+    check_layer_options(args.model, args.checkpoint, tp_sizes=args.tp, tokens=args.tokens, **_layer_options(args))
     if args.checkpoint is None and args.ignore_extra:
         raise ValueError("--ignore-extra applies to a --checkpoint; synthetic weights hold no unknown tensors")
     triage_session_device(args.device, plat)
@@ -222,16 +213,7 @@ def run(args: argparse.Namespace) -> int:
     scenarios, plat = check_args(args)
     console = Console()
     session = TriageSession(
-        args.model,
-        plat,
-        args.tokens,
-        args.seed,
-        args.checkpoint,
-        layer=args.layer,
-        device=args.device,
-        start_position=args.start_position,
-        quantize=args.quantize,
-        ignore_extra=args.ignore_extra,
+        args.model, plat, args.tokens, args.seed, args.checkpoint, device=args.device, **_layer_options(args)
     )
     several = len(scenarios) > 1
     plain = dict(soft_wrap=True, markup=False, highlight=False)  # paths whole, a '[' in them is no markup

@@ -30,16 +30,15 @@ test (`CaptureDiff.baseline`); `diff_captures(capture, reference=True)` builds t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from .._checks import find
 from .._json_numbers import float_from_json, float_to_json
 from ..capture import Capture, CapturedTensor, Shard, TensorRole
 from ..capture.gather import RELAID_ATTRS
@@ -49,6 +48,7 @@ from ..model import Checkpoint
 from ..model.records import StepRecord
 from ..numerics import cosine, max_abs, rel_l2, snr_db
 from ..verdict import step_verdict
+from .document import JsonDocument, check_document
 from .inherited import InputDifference, inherited_deltas, input_difference
 from .truth import Truth, TruthSource
 from .untestable import Untestable
@@ -312,7 +312,7 @@ class CaptureSide:
 
 
 @dataclass(frozen=True)
-class CaptureDiff:
+class CaptureDiff(JsonDocument):
     """Weights (per rank) and steps (gathered, plus b's per-rank slices) of capture b against capture a."""
 
     a: CaptureSide
@@ -362,16 +362,10 @@ class CaptureDiff:
         return [w for w in self.weights if w.difference is Difference.VALUE]
 
     def step(self, name: str) -> StepComparison:
-        for s in self.steps:
-            if s.step == name:
-                return s
-        raise KeyError(f"no step {name!r} in the diff; steps: {[s.step for s in self.steps]}")
+        return find(self.steps, lambda s: s.step, name, f"no step {name!r} in the diff", "steps:")
 
     def weight(self, name: str) -> WeightDiff:
-        for w in self.weights:
-            if w.name == name:
-                return w
-        raise KeyError(f"no weight {name!r} in the diff; weights: {[w.name for w in self.weights]}")
+        return find(self.weights, lambda w: w.name, name, f"no weight {name!r} in the diff", "weights:")
 
     @property
     def table(self):
@@ -440,11 +434,7 @@ class CaptureDiff:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaptureDiff:
-        if data.get("kind") != KIND or data.get("schema") not in READABLE_SCHEMAS:
-            raise ValueError(
-                f"not a capture diff of schema {'/'.join(map(str, READABLE_SCHEMAS))}: kind {data.get('kind')!r}, "
-                f"schema {data.get('schema')!r}"
-            )
+        check_document(data, KIND, READABLE_SCHEMAS, "capture diff")
         return cls(
             a=CaptureSide.from_dict(data["a"]),
             b=CaptureSide.from_dict(data["b"]),
@@ -456,20 +446,6 @@ class CaptureDiff:
             truth=Truth.from_dict(data.get("truth")),
             layer_input=InputDifference.from_dict(data.get("layer_input")),
         )
-
-    def to_json(self, path: str | os.PathLike) -> Path:
-        """Write as JSON, never overwriting (a taken name gets `-2`, `-3`, ...); returns the path written."""
-        from .._files import write_atomically
-
-        return write_atomically(path, json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> CaptureDiff:
-        try:
-            data = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not JSON ({err})") from None
-        return cls.from_dict(data)
 
 
 # -- weights -----------------------------------------------------------------------------------------

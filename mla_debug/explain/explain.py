@@ -29,12 +29,10 @@ weight depends on the dtype it is stored in (`DERIVED_TOLERANCE`). Words are mad
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -58,6 +56,7 @@ from .diff import (
     diff_captures,
     own_checkpoint,
 )
+from .document import JsonDocument, check_document
 from .format_stories import linear_format_candidates
 from .ranks import (
     CORRECT,
@@ -294,7 +293,7 @@ class StepExplanation:
 
 
 @dataclass(frozen=True)
-class CaptureExplanation:
+class CaptureExplanation(JsonDocument):
     """Every explanation of one capture, and the diff that chose the steps."""
 
     explanations: tuple[StepExplanation, ...]
@@ -358,11 +357,7 @@ class CaptureExplanation:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CaptureExplanation:
-        if data.get("kind") != KIND or data.get("schema") not in READABLE_SCHEMAS:
-            raise ValueError(
-                f"not a capture explanation of schema {'/'.join(map(str, READABLE_SCHEMAS))}: kind {data.get('kind')!r}, "
-                f"schema {data.get('schema')!r}"
-            )
+        check_document(data, KIND, READABLE_SCHEMAS, "capture explanation")
         diff = data.get("diff")
         return cls(
             explanations=tuple(StepExplanation.from_dict(e) for e in data.get("explanations", ())),
@@ -370,20 +365,6 @@ class CaptureExplanation:
             notes=tuple(data.get("notes", ())),
             truth=Truth.from_dict(data.get("truth")),
         )
-
-    def to_json(self, path: str | os.PathLike) -> Path:
-        """Write as JSON, never overwriting (a taken name gets `-2`, `-3`, ...); returns the path written."""
-        from .._files import write_atomically
-
-        return write_atomically(path, json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> CaptureExplanation:
-        try:
-            data = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not JSON ({err})") from None
-        return cls.from_dict(data)
 
 
 # -- gathering what a step needs ------------------------------------------------------------------------

@@ -192,27 +192,16 @@ def _rank_steps(run, cfg, rank: int, hidden: torch.Tensor) -> dict[str, Captured
     attention = "absorb_uv" if "absorb_uv" in records else "attention"
     if attention in records:
         # Per-head outputs flattened to (tokens, heads * width), as captures of any engine hold them; an
-        # engine's attention op returns V-space rows, after W_UV in the absorbed program.
+        # engine's attention op returns V-space rows, after W_UV in the absorbed program. o_proj reads them.
         value = records[attention].output
+        heads = value.reshape(value.shape[0], -1)
         found["attention.output"] = CapturedTensor(
-            "attention.output",
-            TensorRole.OUTPUT,
-            value.reshape(value.shape[0], -1),
-            step="attention",
-            shard=Shard.SPLIT,
-            shard_dim=1,
+            "attention.output", TensorRole.OUTPUT, heads, step="attention", shard=Shard.SPLIT, shard_dim=1
         )
-    feeds_o_proj = "absorb_uv" if "absorb_uv" in records else "attention"
-    if "o_proj" in records and feeds_o_proj in records:
-        value = records[feeds_o_proj].output
-        found["o_proj.input"] = CapturedTensor(
-            "o_proj.input",
-            TensorRole.INPUT,
-            value.reshape(value.shape[0], -1),
-            step="o_proj",
-            shard=Shard.SPLIT,
-            shard_dim=1,
-        )
+        if "o_proj" in records:
+            found["o_proj.input"] = CapturedTensor(
+                "o_proj.input", TensorRole.INPUT, heads, step="o_proj", shard=Shard.SPLIT, shard_dim=1
+            )
     if "all_reduce" in records:
         found["layer.output"] = CapturedTensor(
             "layer.output", TensorRole.OUTPUT, records["all_reduce"].output, step="o_proj"

@@ -32,20 +32,20 @@ tokens only, which `ScanStepComparison.tokens_over` shows (transformers' dense t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from .._checks import find
 from .._json_numbers import float_from_json, float_to_json
 from ..capture.scan_store import load_scan
 from ..capture.scan_types import GatheredSummary, Scan, ScanStep, gather_summary
 from ..verdict import DIVERGENCE_FACTOR, threshold
+from .document import JsonDocument, check_document
 
 SCHEMA = 1
 KIND = "scan-comparison"
@@ -210,7 +210,7 @@ class ScanSide:
 
 
 @dataclass(frozen=True)
-class ScanComparison:
+class ScanComparison(JsonDocument):
     """b's scan against a's, layer by layer (see the module docstring)."""
 
     a: ScanSide
@@ -241,10 +241,7 @@ class ScanComparison:
         return [layer.layer for layer in self.layers if layer.outcome is StepOutcome.DIVERGED]
 
     def layer(self, index: int) -> LayerComparison:
-        for layer in self.layers:
-            if layer.layer == index:
-                return layer
-        raise KeyError(f"no layer {index} in the comparison; layers: {[x.layer for x in self.layers]}")
+        return find(self.layers, lambda x: x.layer, index, f"no layer {index} in the comparison", "layers:")
 
     @property
     def table(self):
@@ -284,8 +281,7 @@ class ScanComparison:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScanComparison:
-        if data.get("kind") != KIND or data.get("schema") != SCHEMA:
-            raise ValueError(f"not a scan comparison of schema {SCHEMA}: kind {data.get('kind')!r}, schema {data.get('schema')!r}")
+        check_document(data, KIND, (SCHEMA,), "scan comparison")
         return cls(
             a=ScanSide.from_dict(data["a"]),
             b=ScanSide.from_dict(data["b"]),
@@ -299,20 +295,6 @@ class ScanComparison:
             capture_call=data.get("capture_call"),
             notes=tuple(data.get("notes", ())),
         )
-
-    def to_json(self, path: str | os.PathLike) -> Path:
-        """Write as JSON, never overwriting (a taken name gets `-2`, ...); returns the path written."""
-        from .._files import write_atomically
-
-        return write_atomically(path, json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> ScanComparison:
-        try:
-            data = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not JSON ({err})") from None
-        return cls.from_dict(data)
 
 
 # -- measuring ---------------------------------------------------------------------------------------

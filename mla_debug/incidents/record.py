@@ -38,22 +38,8 @@ _TOP_KEYS = (
     "expected",
     "notes",
 )
-_REQUIRED = (
-    "name",
-    "title",
-    "scope",
-    "source",
-    "engine",
-    "platform",
-    "model",
-    "parallel",
-    "symptom",
-    "mechanism",
-    "fix",
-    "thread_reported",
-    "reproduce",
-    "expected",
-)
+_OPTIONAL = ("workaround", "unconfirmed", "stand_in", "notes")
+_REQUIRED = tuple(key for key in _TOP_KEYS if key not in _OPTIONAL)
 _MECHANISM_KEYS = ("tensor", "contract", "producer", "consumer")
 _THREAD_KEYS = ("step", "kind", "fix", "workaround")
 

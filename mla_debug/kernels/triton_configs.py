@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from .. import real_aiter
 from .triton_config_facts import PINNED_BLOCKSCALE_SHAPES
+from .tuned_files import path_list
 
 if TYPE_CHECKING:
     from .platforms import Platform
@@ -146,12 +147,7 @@ class TritonConfigTable:
     def from_folder(cls, paths: str | os.PathLike | Iterable[str | os.PathLike]) -> TritonConfigTable:
         """Every ``{ARCH}-{CONFIG}-N={N}-K={K}.json`` in the folder(s) (or the files given); ``:``-separated
         paths as in aiter's env vars. Other files (aiter's per-arch defaults) are not tuning and are skipped."""
-        if isinstance(paths, (str, os.PathLike)):
-            items = [p for p in str(paths).split(os.pathsep) if p]
-        else:
-            items = [str(p) for p in paths]
-        if not items:
-            raise ValueError("TritonConfigTable.from_folder: no paths given")
+        items = path_list(paths, "TritonConfigTable.from_folder")
         files: list[Path] = []
         for item in items:
             path = Path(item).expanduser()

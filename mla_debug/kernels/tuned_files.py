@@ -56,17 +56,23 @@ class TunedRow:
             raise ValueError(f"dedup column {name!r} is not one the tuned table reads (gfx, cu_num, M, N, K)") from None
 
 
-def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    """CSV files from paths: a directory stands for its tuned file plus model_configs/ files (untuned files
-    excluded); a string may hold several paths separated by ':' as aiter's env var does."""
+def path_list(paths: str | os.PathLike | Iterable[str | os.PathLike], who: str) -> list[str]:
+    """`paths` one by one, as given: a string may hold several separated by ':' (os.pathsep), as aiter's
+    environment variables do. None at all is refused, naming `who`."""
     if isinstance(paths, (str, os.PathLike)):
         items = [p for p in str(paths).split(os.pathsep) if p]
     else:
         items = [str(p) for p in paths]
     if not items:
-        raise ValueError("TunedTable.from_csv: no paths given")
+        raise ValueError(f"{who}: no paths given")
+    return items
+
+
+def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """CSV files from paths (`path_list`): a directory stands for its tuned file plus model_configs/ files
+    (untuned files excluded)."""
     files: list[Path] = []
-    for item in items:
+    for item in path_list(paths, "TunedTable.from_csv"):
         path = Path(item).expanduser()
         if path.is_dir():
             main = path / f"{TUNED_NAME}.csv"

@@ -17,18 +17,10 @@ import torch
 from ..kernels import get_kernel
 from ..layouts import ConsumerOrders, ContractViolation, ScaleLayout, ViolationKind
 from .attention_math import attend, causal_mask
-from .fused_producer import (
-    UNFUSED,
-    ProducerPlan,
-    consumer_orders,
-    producer_record,
-    producer_step,
-    run_producer,
-    written_layout,
-)
+from .fused_producer import UNFUSED, ProducerLayer, ProducerPlan, consumer_orders, written_layout
 from .linear import QuantizedLinear
 from .norms import rms_norm
-from .program import RankLayer, Step
+from .program import Step
 from .records import CONCAT, REPLICATED
 from .rope import cos_sin, rope_is_interleaved, rope_label, rotate
 
@@ -64,18 +56,11 @@ def prepare_model_side(linears: dict, behaviour, is_rocm: bool) -> None:
         block.events.append("model calls gemm_a8w8_blockscale_bpreshuffle directly")
 
 
-class AttentionV4Rank(RankLayer):
-    """One rank: heads [rank * Nh/t, ...), output groups [rank * G/t, ...)."""
+class AttentionV4Rank(ProducerLayer):
+    """One rank: heads [rank * Nh/t, ...), output groups [rank * G/t, ...); q_norm may be the fused
+    producer of wq_b's and indexer.wq_b's input."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        # Whether q_norm is the fused producer is settled once the linears are loaded. Known here, so
-        # that `steps()` reads no linear: a run's account of which linears each step read stays exact.
-        self._producer = self._producer_plan()
-
-    @property
-    def local_heads(self) -> int:
-        return self.cfg.num_heads // self.tp_size
+    CONSUMERS = CONSUMERS
 
     @property
     def local_groups(self) -> int:
@@ -84,7 +69,7 @@ class AttentionV4Rank(RankLayer):
     def steps(self, mode: str) -> list[Step]:
         return [
             Step("fused_wqa_wkv", self._fused_wqa_wkv, state_key="wqa_wkv"),
-            self._q_norm_step(),
+            self.norm_step("q_norm", self._q_norm, state_key="qr"),
             Step("kv_norm", self._kv_norm, state_key="kv"),
             Step("wq_b", self._wq_b, state_key="q"),
             Step("q_head_norm", self._q_head_norm, state_key="q"),
@@ -96,11 +81,6 @@ class AttentionV4Rank(RankLayer):
             Step("wo_b", self._wo_b, state_key="partial"),
             self.all_reduce_step(),
         ]
-
-    def _q_norm_step(self) -> Step:
-        if not self._producer.fused:
-            return Step("q_norm", self._q_norm, state_key="qr")
-        return producer_step("q_norm", self._q_norm, " and ".join(CONSUMERS))
 
     def _run(self, name: str, x):
         linear = self.linears[name]
@@ -154,9 +134,9 @@ class AttentionV4Rank(RankLayer):
             return self.record("q_norm", s["qr"], kernel="rmsnorm (unfused, bf16)", notes=list(plan.notes))
         kv = s["wqa_wkv"][:, cfg.q_lora_rank :]
         fmt = self.linears["wq_b"].block.weight.fmt
-        result, backend = run_producer(self, qr, "q_norm", kv, "kv_norm", plan, fmt)
+        result, backend = self.run_producer(qr, "q_norm", kv, "kv_norm", plan, fmt)
         s["qr"], s["qr_quant"], s["kv_fused"] = result.q_unquantized, result.q_quant, result.k_normed
-        return producer_record(self, "q_norm", result, backend, plan)
+        return self.producer_record("q_norm", result, backend, plan)
 
     def _kv_norm(self, s: dict):
         if "kv_fused" in s:

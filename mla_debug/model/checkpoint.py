@@ -567,16 +567,7 @@ class Checkpoint:
             tensors[short] = value.detach() if isinstance(value, torch.Tensor) else value
         if quantize:
             tensors = _quantize_dense(cfg, tensors, fp8_format(fmt), flavor, f"{source} layer {layer}")
-        fp8 = _validate(cfg, tensors, f"{source} layer {layer}")
-        return cls(
-            cfg=cfg,
-            layer=layer,
-            tensors=tensors,
-            quantized=fp8 is not None,
-            source=source,
-            unmodelled=picked.unmodelled,
-            ignored=picked.ignored,
-        )
+        return cls._picked(cfg, layer, tensors, source, picked)
 
     @classmethod
     def load(
@@ -620,13 +611,19 @@ class Checkpoint:
             with open_safetensors(file, f"Checkpoint.load: {file}") as handle:
                 for short, key in items:
                     tensors[short] = handle.get_tensor(key)
-        fp8 = _validate(cfg, tensors, f"{where} layer {layer}")
+        return cls._picked(cfg, layer, tensors, where, picked)
+
+    @classmethod
+    def _picked(cls, cfg: MLAConfig, layer: int, tensors: dict, source: str, picked: _Selection) -> Checkpoint:
+        """The checkpoint of a layer's attention tensors read from `source` (`picked`: what
+        `_select_attention` chose and left out), validated."""
+        fp8 = _validate(cfg, tensors, f"{source} layer {layer}")
         return cls(
             cfg=cfg,
             layer=layer,
             tensors=tensors,
             quantized=fp8 is not None,
-            source=where,
+            source=source,
             unmodelled=picked.unmodelled,
             ignored=picked.ignored,
         )

@@ -5,15 +5,16 @@ mechanism for both model families that have one:
 - DeepSeek-V3 under vLLM 0.33.0's compile pass ``MLADualRMSGroupQuantPattern``: ``q_a_layernorm`` (with
   ``kv_a_layernorm`` in the same kernel) feeds ``q_b_proj``.
 
-Each model decides a `ProducerPlan` once per rank layer (fused or not, the scale order written, notes and
-producer-side violations) from its behaviour and its consumers' kernels; the run is always
-`normquant.fused_qk_rmsnorm_group_quant` on the backend ``ModelBehaviour.norm_quant_backend`` names,
-and the step it records looks the same for both. The consumers then read the producer's
+Each model is a `ProducerLayer` and decides a `ProducerPlan` once per rank layer (fused or not, the scale
+order written, notes and producer-side violations) from its behaviour and its consumers' kernels; the run
+is always `normquant.fused_qk_rmsnorm_group_quant` on the backend ``ModelBehaviour.norm_quant_backend``
+names, and the step it records looks the same for both. The consumers then read the producer's
 `QuantizedActivation` in their own order: a kernel reading another order records a scale-order violation.
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass, replace
 
 import torch
@@ -71,34 +72,74 @@ def producer_step(name: str, run, consumers: str) -> Step:
     )
 
 
-def run_producer(
-    layer: RankLayer,
-    q: torch.Tensor,
-    q_norm: str,
-    k: torch.Tensor,
-    k_norm: str,
-    plan: ProducerPlan,
-    fmt: Fp8Format,
-) -> tuple[NormQuantResult, str]:
-    """Normalize `q` and `k` (norm weights by name, the config's eps) and quantize q per 1x128 in the
-    plan's scale order; returns the result (with the unquantized normalized q) and the backend used."""
-    eps = layer.cfg.rms_norm_eps
-    backend = resolve_backend(layer.behaviour.norm_quant_backend, q.device)
-    result = fused_qk_rmsnorm_group_quant(
-        q,
-        layer.norms[q_norm],
-        eps,
-        k,
-        layer.norms[k_norm],
-        eps,
-        transpose_scale=plan.layout is not ScaleLayout.ROW_MAJOR,
-        fmt=fmt,
-        return_unquantized=True,
-        backend=backend,
-    )
-    if plan.layout is ScaleLayout.COL_MAJOR_STRIDED:
-        result = result._replace(q_quant=restrided(result.q_quant))
-    return result, backend
+class ProducerLayer(RankLayer):
+    """An attention rank layer whose q-side norm may be the fused producer of its `CONSUMERS`' input.
+
+    The plan is settled once, when the layer is built from loaded linears, so that `steps()` reads no
+    linear: a run's account of which linears each step read stays exact."""
+
+    CONSUMERS: tuple[str, ...] = ()
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._producer = self._producer_plan()
+
+    @abstractmethod
+    def _producer_plan(self) -> ProducerPlan:
+        """Whether the q-side norm is the fused producer, the scale order it writes, notes, violations."""
+
+    @property
+    def local_heads(self) -> int:
+        return self.cfg.num_heads // self.tp_size
+
+    def norm_step(self, name: str, run, state_key: str) -> Step:
+        """The q-side norm's step: the producer's (`producer_step`) when fused, else a plain step whose
+        output later steps read from ``state[state_key]``."""
+        if not self._producer.fused:
+            return Step(name, run, state_key=state_key)
+        return producer_step(name, run, " and ".join(self.CONSUMERS))
+
+    def run_producer(
+        self,
+        q: torch.Tensor,
+        q_norm: str,
+        k: torch.Tensor,
+        k_norm: str,
+        plan: ProducerPlan,
+        fmt: Fp8Format,
+    ) -> tuple[NormQuantResult, str]:
+        """Normalize `q` and `k` (norm weights by name, the config's eps) and quantize q per 1x128 in the
+        plan's scale order; returns the result (with the unquantized normalized q) and the backend used."""
+        eps = self.cfg.rms_norm_eps
+        backend = resolve_backend(self.behaviour.norm_quant_backend, q.device)
+        result = fused_qk_rmsnorm_group_quant(
+            q,
+            self.norms[q_norm],
+            eps,
+            k,
+            self.norms[k_norm],
+            eps,
+            transpose_scale=plan.layout is not ScaleLayout.ROW_MAJOR,
+            fmt=fmt,
+            return_unquantized=True,
+            backend=backend,
+        )
+        if plan.layout is ScaleLayout.COL_MAJOR_STRIDED:
+            result = result._replace(q_quant=restrided(result.q_quant))
+        return result, backend
+
+    def producer_record(self, name: str, result: NormQuantResult, backend: str, plan: ProducerPlan) -> StepRecord:
+        """The producer step's record: the normalized q it also returns, the layout written, the dequantized
+        FP8 output as an extra."""
+        return self.record(
+            name,
+            result.q_unquantized,
+            kernel=f"{OP} ({backend})",
+            scale_layout=ScaleRead(plan.layout),
+            notes=list(plan.notes),
+            violations=list(plan.violations),
+            extras={"q_fp8_dequantized": result.q_quant.dequantize()},
+        )
 
 
 def restrided(qa: QuantizedActivation) -> QuantizedActivation:
@@ -109,19 +150,3 @@ def restrided(qa: QuantizedActivation) -> QuantizedActivation:
     m, g = qa.scale.shape
     view = torch.as_strided(qa.scale, (m, g), (1, m), qa.scale.storage_offset())
     return replace(qa, scale=view, scale_layout=ScaleLayout.COL_MAJOR_STRIDED)
-
-
-def producer_record(
-    layer: RankLayer, name: str, result: NormQuantResult, backend: str, plan: ProducerPlan
-) -> StepRecord:
-    """The producer step's record: the normalized q it also returns, the layout written, the dequantized
-    FP8 output as an extra."""
-    return layer.record(
-        name,
-        result.q_unquantized,
-        kernel=f"{OP} ({backend})",
-        scale_layout=ScaleRead(plan.layout),
-        notes=list(plan.notes),
-        violations=list(plan.violations),
-        extras={"q_fp8_dequantized": result.q_quant.dequantize()},
-    )

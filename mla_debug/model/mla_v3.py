@@ -30,20 +30,11 @@ import torch
 from ..layouts import ScaleLayout
 from .absorbed import AbsorbedWeights, build_absorbed_weights, identity_read
 from .attention_math import attend, causal_mask
-from .fused_producer import (
-    OP,
-    UNFUSED,
-    ProducerPlan,
-    consumer_orders,
-    producer_record,
-    producer_step,
-    run_producer,
-    written_layout,
-)
+from .fused_producer import OP, UNFUSED, ProducerLayer, ProducerPlan, consumer_orders, written_layout
 from .linear import QuantizedLinear
 from .load_order import absorbed_derived_before_kernel_load, absorbed_reader
 from .norms import rms_norm
-from .program import RankLayer, Step
+from .program import Step
 from .records import CONCAT, REPLICATED
 from .rope import cos_sin, rope_is_interleaved, rope_label, rotate
 
@@ -61,22 +52,16 @@ def _held(linear: QuantizedLinear) -> str:
     return ", of the weight its kernel re-quantized at load" + (" (ue8m0 block scales)" if powers_of_two else "")
 
 
-class MLAv3Rank(RankLayer):
-    """One tensor-parallel rank of an MLA layer: heads [rank * Nh/t, (rank + 1) * Nh/t)."""
+class MLAv3Rank(ProducerLayer):
+    """One tensor-parallel rank of an MLA layer: heads [rank * Nh/t, (rank + 1) * Nh/t); q_a_layernorm
+    may be the fused producer of q_b_proj's input."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        # Settled once the linears are loaded, so that `steps()` reads no linear (see AttentionV4Rank).
-        self._producer = self._producer_plan()
-
-    @property
-    def local_heads(self) -> int:
-        return self.cfg.num_heads // self.tp_size
+    CONSUMERS = CONSUMERS
 
     def steps(self, mode: str) -> list[Step]:
         head = [
             Step("fused_qkv_a", self._fused_qkv_a, state_key="qkv_a"),
-            self._q_a_layernorm_step(),
+            self.norm_step("q_a_layernorm", self._q_a_layernorm, state_key="q_c"),
             Step("kv_a_layernorm", self._kv_a_layernorm, state_key="kv_c"),
             Step("q_b_proj", self._q_b_proj, state_key="q"),
             Step("rope", self._rope, state_key="q"),
@@ -123,11 +108,6 @@ class MLAv3Rank(RankLayer):
             return ProducerPlan(False, written, (f"{note}: q_a_layernorm stays unfused",))
         return ProducerPlan(True, written)
 
-    def _q_a_layernorm_step(self) -> Step:
-        if not self._producer.fused:
-            return Step("q_a_layernorm", self._q_a_layernorm, state_key="q_c")
-        return producer_step("q_a_layernorm", self._q_a_layernorm, " and ".join(CONSUMERS))
-
     def _q_a_layernorm(self, s: dict):
         cfg = self.cfg
         lq, lkv = cfg.q_lora_rank, cfg.kv_lora_rank
@@ -137,9 +117,9 @@ class MLAv3Rank(RankLayer):
             return self.record("q_a_layernorm", s["q_c"], kernel="rmsnorm", notes=list(plan.notes))
         fmt = self.linears["q_b_proj"].block.weight.fmt
         q_c, kv_c = s["qkv_a"][:, :lq], s["qkv_a"][:, lq : lq + lkv]
-        result, backend = run_producer(self, q_c, "q_a_layernorm", kv_c, "kv_a_layernorm", plan, fmt)
+        result, backend = self.run_producer(q_c, "q_a_layernorm", kv_c, "kv_a_layernorm", plan, fmt)
         s["q_c"], s["q_c_quant"], s["kv_c_fused"] = result.q_unquantized, result.q_quant, result.k_normed
-        return producer_record(self, "q_a_layernorm", result, backend, plan)
+        return self.producer_record("q_a_layernorm", result, backend, plan)
 
     def _kv_a_layernorm(self, s: dict):
         lq, lkv = self.cfg.q_lora_rank, self.cfg.kv_lora_rank

@@ -6,25 +6,17 @@ one: aiter's four 1x128 quantizers and its generic recipe (`flavors`), the servi
 DeepGEMM ``deepgemm``, FlashInfer ``flashinfer-sm90`` (`engine_flavors`) - and the older ``vllm`` and ``deepseek``.
 """
 
-from .flavors import (
-    AITER,
-    AITER_FUSED,
-    AITER_HIP,
-    AITER_TORCH,
-    AITER_TRITON,
+from .engine_flavors import (
     DEEPGEMM,
-    DEEPSEEK,
     FLASHINFER_SM90,
-    FLAVORS,
     SGLANG_TRITON,
     SGLANG_TRITON_COLMAJOR,
-    VLLM,
     VLLM_CUDA,
     VLLM_NATIVE,
     VLLM_TRITON,
-    QuantFlavor,
-    quant_flavor,
 )
+from .flavor_recipe import QuantFlavor
+from .flavors import AITER, AITER_FUSED, AITER_HIP, AITER_TORCH, AITER_TRITON, DEEPSEEK, FLAVORS, VLLM, quant_flavor
 from .formats import E4M3FN, E4M3FNUZ, FORMATS, Fp8Format, e4m3fn_to_e4m3fnuz, format_of, fp8_format
 from .metrics import (
     cosine,

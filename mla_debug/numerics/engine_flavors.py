@@ -1,27 +1,13 @@
-"""The serving engines' own 1x128 activation quantizers, byte-exact: vLLM 0.33.0, SGLang 0.5.23 and DeepGEMM.
+"""The serving engines' own 1x128 activation quantizers, byte-exact: vLLM 0.33.0, SGLang 0.5.23, DeepGEMM and
+FlashInfer.
 
-Each flavor reproduces one released function, read from the release's wheel (tests/engine_reference loads
-that very function and compares bytes and scale bits; the C++ one, which is not in the wheel, is checked
-against an oracle written from its source):
-
-- ``vllm-native``: ``QuantFP8.forward_native`` (its ``_quantize_group_native``), what vLLM traces when the
-  custom op is compiled natively. Scale ``absmax / fp8_max`` floored at ``1 / (fp8_max * 512)``, ue8m0 as
-  ``exp2(ceil(log2(s)))`` in fp32, ``q = clamp(x / scale)``.
-- ``vllm-triton``: ``per_token_group_quant_fp8``'s Triton kernel (the path off CUDA/ROCm and for
-  non-contiguous input). amax floor 1e-10, scale ``amax * (1 / fp8_max)``, ``q = clamp(x / scale)``.
-- ``vllm-cuda``: the C++ ``per_token_group_fp8_quant`` that ``per_token_group_quant_fp8`` calls on CUDA and
-  ROCm. amax floor 1e-10 with NaN dropped (``fmaxf``), scale ``amax / max``, ``q = fminf(fmaxf(x / scale,
-  -max), max)`` (NaN becomes -max).
-- ``sglang-triton``: SGLang's row-major Triton ``_per_token_group_quant_8bit`` (its ``per_token_group_quant_fp8``
-  off CUDA). Scale ``amax / max``, ``q = clamp(x * (1 / scale))``; no ue8m0 form.
-- ``sglang-triton-colmajor``: SGLang's column-major Triton ``_per_token_group_quant_8bit_colmajor``: the same
-  scale, ``q = clamp(x / scale)``, ue8m0 as ``exp2(ceil(log2(s)))``.
-- ``deepgemm``: DeepGEMM's ``per_token_cast_to_fp8`` as SGLang ships it: amax floor 1e-4,
-  ``q = cast(x * (448 / amax))`` unclamped, scale ``amax / 448``.
-- ``flashinfer-sm90``: the bf16 input quant inside FlashInfer 0.7.2.post1's ``fp8_blockscale_gemm_sm90`` (TensorRT-LLM's
-  ``scale_1x128_kernel``), what vLLM 0.33.0's FlashInfer swapAB GEMM runs for M < 32 on Hopper. No amax floor,
-  multiplier ``448 / amax`` (1 for an all-zero group), ``q = cast_satfinite(x * multiplier)``, scale stored as
-  ``1 / multiplier``; e4m3fn only, no ue8m0 form.
+Each flavor reproduces one released function (its ``models`` names it, its ``description`` says the recipe),
+read from the release's wheel: tests/engine_reference loads that very function and compares bytes and scale
+bits; the C++ ones, which are not in the wheels, are checked against an oracle written from their source.
+``vllm-native`` is what vLLM traces when its custom op is compiled natively, ``vllm-triton`` its path off
+CUDA/ROCm and for non-contiguous input, ``vllm-cuda`` the C++ kernel it calls on CUDA and ROCm;
+``flashinfer-sm90`` is the input quant inside the GEMM vLLM 0.33.0's FlashInfer swapAB path runs for M < 32
+on Hopper.
 
 SGLang's ``per_token_group_quant_fp8`` launches one of two Triton kernels by the scale order it is asked for,
 and they round differently (one multiplies by the reciprocal, one divides): ``sglang-triton`` and

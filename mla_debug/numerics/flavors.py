@@ -1,85 +1,24 @@
 """Quantization flavors: the named recipes of aiter, vLLM, SGLang and DeepGEMM, and the one registry of them.
 
 aiter, vLLM, SGLang and the DeepSeek/DeepGEMM references all compute ``scale ~ amax / fp8_max`` per group
-or block, but they differ in the fp8_max they use on fnuz hardware, in the floor applied to amax, in how
-they form the scale and the quotient, in what an all-zero group gets, in whether they clamp before the
-cast and in how they round a scale to a power of two. Their outputs are all valid and not bit-comparable,
-so every quantizer here takes a flavor (`flavor_recipe.QuantFlavor` says what a flavor holds).
+or block, but differ in the recipe's details (`flavor_recipe.QuantFlavor` lists them): their outputs are
+all valid and not bit-comparable, so every quantizer here takes a flavor. `FLAVORS` names every one; a
+flavor's ``description`` says its recipe and ``models`` the function it reproduces byte-exact
+(tests/aiter_reference and tests/engine_reference check them against the released code).
 
-aiter alone has four 1x128 activation quantizers that are not bit-identical to each other; each is its
-own flavor, byte-exact with aiter's code (amd-aiter 0.1.7.post2.dev18; tests/aiter_reference checks the
-three that run off ROCm against aiter itself):
-
-- ``aiter-hip``: the HIP ``dynamic_per_group_scaled_quant_kernel`` (csrc/kernels/quant_kernels.cu), what
-  serving calls (``per_group_quant_hip``; vLLM's ``group_fp8_quant``). amax floored at 1e-10, scale
-  ``amax * float(1/max)``, ``q = clamp(x * (1/scale))``.
-- ``aiter-triton``: the Triton ``_dynamic_per_token_quant_fp8_i8_kernel`` per 128 elements
-  (ops/triton/quant.py; ``get_triton_quant(per_1x128)``). No floor, scale ``amax / max``,
-  ``q = x * (1/scale)`` unclamped: an all-zero group gets scale 0 and NaN bytes.
-- ``aiter-fused``: the quant step ``_fp8_quant_op`` of the Triton ``fused_rms_fp8_group_quant``
-  (ops/triton/_triton_kernels/fused_fp8_quant.py). Floor 1e-10, scale ``amax / max``,
-  ``q = clamp(x * (1/scale))``.
-- ``aiter-torch``: the torch ``pertoken_quant`` per 128 elements (ops/quant.py;
-  ``get_torch_quant(per_1x128)``), aiter's test reference. No floor, scale ``amax / max`` as torch
-  divides by a Python float (exactly on the CPU, by the fp32 reciprocal on a GPU), a zero scale
-  replaced by 1, ``q = x / scale`` unclamped.
-
-``aiter`` is the recipe of ``aiter-fused`` under its older name, kept for weights and for callers that
-named it (aiter has no 128x128 block quantizer, so only it, ``vllm``, ``deepseek`` and ``deepgemm``
-quantize blocks).
-
-The engines' own quantizers - ``vllm-native``, ``vllm-triton``, ``vllm-cuda``, ``sglang-triton``,
-``sglang-triton-colmajor``, ``deepgemm``, ``flashinfer-sm90`` - are in `engine_flavors`, byte-exact with vLLM
-0.33.0, SGLang 0.5.23, DeepGEMM and FlashInfer 0.7.2.post1 (tests/engine_reference). Two older names stay, each what it was, because saved
-scenarios, checkpoints and verdicts use them:
-
-- ``vllm``: the arithmetic of vLLM's Triton ``_per_token_group_quant_fp8`` in releases before 0.33
-  (``_absmax / fp8_max``, ``y / y_s``, 224 on e4m3fnuz), which vLLM 0.33.0's C++ ``per_token_group_fp8_quant``
-  (``vllm-cuda``) keeps for finite input without ue8m0; 0.33.0's Triton kernel now forms the scale as ``amax * (1/max)``
-  (``vllm-triton``, one ulp apart in about half the groups). Its 128x128 block form takes only the 1e-12
-  amax floor of vLLM's ``scaled_quantize``, which itself multiplies by ``fp8_max / amax`` - not modelled.
-- ``deepseek``: DeepGEMM's ``per_token_cast_to_fp8`` / ``per_block_cast_to_fp8`` as vLLM 0.33.0 vendors them
-  (vllm/third_party/deep_gemm/utils/math.py): ``sf = max(amax, 1e-4) / 448``, ``x * (1 / sf)`` unclamped,
-  byte-exact on the CPU (torch divides a tensor by a Python float exactly there). ``deepgemm`` is the older
-  form SGLang ships, ``x * (448 / amax)``; the two differ by one rounding now and then.
+This module holds aiter's four 1x128 activation quantizers, which are not bit-identical to each other
+(amd-aiter 0.1.7.post2.dev18): ``aiter-hip`` (what serving calls; vLLM's ``group_fp8_quant``),
+``aiter-triton``, ``aiter-fused`` (the quant step of the fused RMSNorm + quant) and ``aiter-torch`` (aiter's
+test reference); and three names that saved scenarios, checkpoints and verdicts use: ``aiter`` (aiter-fused's
+recipe, applied to 128x128 weight blocks too: aiter has no block quantizer), ``vllm`` and ``deepseek``. Only
+``aiter``, ``vllm``, ``deepseek`` and ``deepgemm`` quantize blocks. The serving engines' own quantizers are in
+`engine_flavors`.
 """
 
 from __future__ import annotations
 
-from .engine_flavors import (
-    DEEPGEMM,
-    ENGINE_FLAVORS,
-    FLASHINFER_SM90,
-    SGLANG_TRITON,
-    SGLANG_TRITON_COLMAJOR,
-    VLLM_CUDA,
-    VLLM_NATIVE,
-    VLLM_TRITON,
-)
-from .flavor_recipe import QuantFlavor, Quotient, ScaleRule, Ue8m0Rule
-
-__all__ = [
-    "AITER",
-    "AITER_FUSED",
-    "AITER_HIP",
-    "AITER_TORCH",
-    "AITER_TRITON",
-    "DEEPGEMM",
-    "DEEPSEEK",
-    "FLASHINFER_SM90",
-    "FLAVORS",
-    "SGLANG_TRITON",
-    "SGLANG_TRITON_COLMAJOR",
-    "VLLM",
-    "VLLM_CUDA",
-    "VLLM_NATIVE",
-    "VLLM_TRITON",
-    "QuantFlavor",
-    "Quotient",
-    "ScaleRule",
-    "Ue8m0Rule",
-    "quant_flavor",
-]
+from .engine_flavors import ENGINE_FLAVORS
+from .flavor_recipe import QuantFlavor
 
 AITER = QuantFlavor(
     name="aiter",
@@ -181,6 +120,8 @@ AITER_TORCH = QuantFlavor(
     ),
 )
 
+# vLLM 0.33.0's Triton kernel forms the scale as amax * (1/max) instead (``vllm-triton``, one ulp apart in about
+# half the groups); the block form does not model scaled_quantize's own multiply by fp8_max / amax.
 VLLM = QuantFlavor(
     name="vllm",
     description=(
@@ -200,6 +141,8 @@ VLLM = QuantFlavor(
     ),
 )
 
+# ``deepgemm`` (engine_flavors) is the older form SGLang ships, ``x * (448 / amax)``; the two differ by one
+# rounding now and then.
 DEEPSEEK = QuantFlavor(
     name="deepseek",
     description=(

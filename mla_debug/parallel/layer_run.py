@@ -44,15 +44,7 @@ class LayerRun:
 
     @property
     def description(self) -> RunDescription:
-        return RunDescription(
-            model=self.model,
-            platform=self.platform,
-            scenario=self.scenario,
-            tp=self.tp_size,
-            mode=self.mode,
-            tokens=self.tokens,
-            executor=self.executor,
-        )
+        return RunDescription.of(self, self.tp_size, self.mode, self.executor)
 
     @property
     def step_names(self) -> list[str]:

@@ -55,6 +55,11 @@ class RunDescription:
     tokens: int | None
     executor: str
 
+    @classmethod
+    def of(cls, run, tp: int | tuple[int, ...], mode: str | tuple[str, ...], executor: str) -> RunDescription:
+        """The description of `run` (anything with a model, platform, scenario and tokens) at `tp`, `mode`."""
+        return cls(run.model, run.platform, run.scenario, tp, mode, run.tokens, executor)
+
     def to_dict(self) -> dict:
         """Plain JSON-ready data (tuples as lists)."""
         return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .._checks import find
 from .._json_numbers import float_from_json, float_to_json
 from ..kernels import KernelChoice
 from ..layouts import ContractViolation, ScaleRead, ViolationKind, WeightLayout
@@ -147,10 +148,7 @@ class RunDiff:
         return any(s.diverged for s in self.steps)
 
     def step(self, name: str) -> StepDiff:
-        for s in self.steps:
-            if s.name == name:
-                return s
-        raise KeyError(f"no step {name!r}; steps: {[s.name for s in self.steps]}")
+        return find(self.steps, lambda s: s.name, name, f"no step {name!r}", "steps:")
 
     @property
     def table(self):

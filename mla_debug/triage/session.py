@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from .._checks import find
 from ..kernels import TunedTable
 from ..model import Checkpoint, MLAConfig
 from ..model.indexer import warn_if_inexact
@@ -333,15 +334,7 @@ class TriageResult:
     @property
     def description(self) -> RunDescription:
         """What was triaged (the TP sizes and modes as tuples); the runs ran in this process."""
-        return RunDescription(
-            model=self.model,
-            platform=self.platform,
-            scenario=self.scenario,
-            tp=tuple(self.tp_sizes),
-            mode=tuple(self.modes),
-            tokens=self.tokens,
-            executor="simulated",
-        )
+        return RunDescription.of(self, tuple(self.tp_sizes), tuple(self.modes), "simulated")
 
     @property
     def culprit_groups(self) -> list[CulpritGroup]:
@@ -350,10 +343,7 @@ class TriageResult:
         return group_culprits(self.culprits)
 
     def config(self, tp: int, mode: str) -> ConfigResult:
-        for c in self.configs:
-            if c.tp == tp and c.mode == mode:
-                return c
-        raise KeyError(f"no run at TP{tp} {mode}; have {[(c.tp, c.mode) for c in self.configs]}")
+        return find(self.configs, lambda c: (c.tp, c.mode), (tp, mode), f"no run at TP{tp} {mode}", "have")
 
     @property
     def summary(self):

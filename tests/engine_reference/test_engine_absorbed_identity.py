@@ -25,14 +25,7 @@ import pytest
 import torch
 from engine_source import load
 from engine_wheels import require, source
-from test_kernel_layouts_vs_engines import (
-    VLLM_DEEP_GEMM,
-    VLLM_FP8_UTILS,
-    VLLM_MATH,
-    VLLM_QUANT_UTILS,
-    cuda_e4m3fn_platform,
-    torch_running_compiled_functions_eagerly,
-)
+from test_kernel_layouts_vs_engines import VLLM_QUANT_UTILS, wheel_requant
 
 import mla_debug as md
 from mla_debug.model.absorbed import identity_read
@@ -47,35 +40,6 @@ def kv_b_proj(seed: int) -> md.QuantizedWeight:
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(HEADS * (NOPE + V_DIM), LORA, generator=gen) * torch.logspace(-3, 0, LORA)
     return md.layouts.quantize_blocks(w, fmt=md.E4M3FN, flavor="deepseek")
-
-
-def wheel_requant(monkeypatch):
-    """vLLM's requant_weight_ue8m0_inplace, with the per_block_cast_to_fp8 it imports when it runs."""
-    platform = cuda_e4m3fn_platform()
-    limits = load("vllm", VLLM_QUANT_UTILS, ["get_fp8_min_max"], {"torch": torch, "current_platform": platform})
-    cdiv = load("vllm", VLLM_MATH, ["cdiv"], {})["cdiv"]
-    deep_gemm = load(
-        "vllm",
-        VLLM_DEEP_GEMM,
-        ["_ceil_to_ue8m0", "_align", "per_block_cast_to_fp8"],
-        {
-            "torch": torch_running_compiled_functions_eagerly(),
-            "cdiv": cdiv,
-            "current_platform": platform,
-            "get_fp8_min_max": limits["get_fp8_min_max"],
-            "DEFAULT_BLOCK_SIZE": [128, 128],
-        },
-    )
-    for name in ("vllm", "vllm.utils"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(
-        sys.modules,
-        "vllm.utils.deep_gemm",
-        types.SimpleNamespace(per_block_cast_to_fp8=deep_gemm["per_block_cast_to_fp8"]),
-    )
-    return load("vllm", VLLM_FP8_UTILS, ["requant_weight_ue8m0_inplace"], {"torch": torch, "Sequence": list})[
-        "requant_weight_ue8m0_inplace"
-    ]
 
 
 class Fp8LinearMethod:

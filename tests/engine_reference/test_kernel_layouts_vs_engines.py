@@ -178,8 +178,8 @@ def checkpoint_weight(n: int, k: int, seed: int) -> md.QuantizedWeight:
     return md.layouts.quantize_blocks(w, fmt=md.E4M3FN, flavor="deepseek")
 
 
-@pytest.mark.parametrize(("n", "k"), [(128, 128), (256, 384), (200, 300)])
-def test_vllm_requant_is_requant_weight_ue8m0_inplace(monkeypatch, n, k):
+def wheel_requant(monkeypatch):
+    """vLLM's requant_weight_ue8m0_inplace, with the per_block_cast_to_fp8 it imports when it runs."""
     platform = cuda_e4m3fn_platform()
     limits = load("vllm", VLLM_QUANT_UTILS, ["get_fp8_min_max"], {"torch": torch, "current_platform": platform})
     cdiv = load("vllm", VLLM_MATH, ["cdiv"], {})["cdiv"]
@@ -203,9 +203,15 @@ def test_vllm_requant_is_requant_weight_ue8m0_inplace(monkeypatch, n, k):
         "vllm.utils.deep_gemm",
         types.SimpleNamespace(per_block_cast_to_fp8=deep_gemm["per_block_cast_to_fp8"]),
     )
-    requant = load("vllm", VLLM_FP8_UTILS, ["requant_weight_ue8m0_inplace"], {"torch": torch, "Sequence": list})[
+    return load("vllm", VLLM_FP8_UTILS, ["requant_weight_ue8m0_inplace"], {"torch": torch, "Sequence": list})[
         "requant_weight_ue8m0_inplace"
     ]
+
+
+
+@pytest.mark.parametrize(("n", "k"), [(128, 128), (256, 384), (200, 300)])
+def test_vllm_requant_is_requant_weight_ue8m0_inplace(monkeypatch, n, k):
+    requant = wheel_requant(monkeypatch)
     weight = checkpoint_weight(n, k, n + k)
     theirs_w, theirs_s = weight.data.clone(), weight.scale.clone()
     requant(theirs_w, theirs_s, (128, 128))

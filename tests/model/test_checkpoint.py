@@ -14,6 +14,7 @@ import warnings
 import pytest
 import torch
 from ckpt_helpers import ATTN, SafeOpenSpy, assert_same_tensors, bits, prefixed, same_bytes, write_sharded
+from hf_deepseek import attention_widths
 from safetensors.torch import save_file
 
 import mla_debug.model.checkpoint as checkpoint_module
@@ -321,26 +322,8 @@ def _transformers_attention():
     transformers = pytest.importorskip("transformers")
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
 
-    config = transformers.DeepseekV3Config(
-        hidden_size=512,
-        num_attention_heads=16,
-        q_lora_rank=256,
-        kv_lora_rank=128,
-        qk_nope_head_dim=128,
-        qk_rope_head_dim=64,
-        v_head_dim=128,
-        intermediate_size=256,
-        first_k_dense_replace=3,
-        rope_scaling={
-            "type": "yarn",
-            "factor": 40.0,
-            "beta_fast": 32,
-            "beta_slow": 1,
-            "mscale": 1.0,
-            "mscale_all_dim": 1.0,
-            "original_max_position_embeddings": 4096,
-        },
-    )
+    # A decoder layer's MLP needs its widths too (the first three layers are dense).
+    config = transformers.DeepseekV3Config(**attention_widths(), intermediate_size=256, first_k_dense_replace=3)
     torch.manual_seed(0)
     return config, DeepseekV3Attention(config, layer_idx=0)
 

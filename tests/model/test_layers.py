@@ -5,47 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from layer_steps import V3_DECODE_STEPS, V3_PREFILL_STEPS, V4_STEPS
 
 import mla_debug as md
 from mla_debug.layouts import ViolationKind
-
-V3_PREFILL = [
-    "fused_qkv_a",
-    "q_a_layernorm",
-    "kv_a_layernorm",
-    "q_b_proj",
-    "rope",
-    "kv_b_proj",
-    "attention",
-    "o_proj",
-    "all_reduce",
-]
-V3_DECODE = [
-    "fused_qkv_a",
-    "q_a_layernorm",
-    "kv_a_layernorm",
-    "q_b_proj",
-    "rope",
-    "absorb_uk",
-    "attention",
-    "absorb_uv",
-    "o_proj",
-    "all_reduce",
-]
-V4_STEPS = [
-    "fused_wqa_wkv",
-    "q_norm",
-    "kv_norm",
-    "wq_b",
-    "q_head_norm",
-    "indexer_q",
-    "rope",
-    "attention",
-    "inverse_rope",
-    "wo_a",
-    "wo_b",
-    "all_reduce",
-]
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +42,8 @@ def rel(a, b):
 def test_step_programs_are_stable(tiny, tiny_v4):
     cfg, ckpt = tiny
     hidden, positions = tokens(cfg)
-    assert md.run_layer(cfg, ckpt, hidden, positions).step_names == V3_PREFILL
-    assert md.run_layer(cfg, ckpt, hidden, positions, mode="decode").step_names == V3_DECODE
+    assert md.run_layer(cfg, ckpt, hidden, positions).step_names == V3_PREFILL_STEPS
+    assert md.run_layer(cfg, ckpt, hidden, positions, mode="decode").step_names == V3_DECODE_STEPS
     cfg4, ckpt4 = tiny_v4
     assert md.run_layer(cfg4, ckpt4, *tokens(cfg4)).step_names == V4_STEPS
 
@@ -228,7 +191,7 @@ def test_stepping_yields_records_in_order(tiny):
     cfg, ckpt = tiny
     layer = md.MLALayer(cfg, ckpt, tp_size=2, platform="mi355x", scenario="vllm-pr51692")
     names = [record.name for record in layer.steps(*tokens(cfg, 4), mode="decode")]
-    assert names == V3_DECODE and set(layer.last_per_rank) == set(V3_DECODE)
+    assert names == V3_DECODE_STEPS and set(layer.last_per_rank) == set(V3_DECODE_STEPS)
     assert "aiter" in layer.kernels["o_proj"].kernel or "reference" in layer.kernels["o_proj"].kernel
 
 

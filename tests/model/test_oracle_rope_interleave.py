@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_deepseek import attention_widths, eager
+from hf_deepseek import attention_widths, eager, transformers_output
 
 import mla_debug as md
 
@@ -29,16 +29,6 @@ def reference_module(interleave: bool):
         attention.q_a_layernorm.weight.uniform_(0.5, 1.5)
         attention.kv_a_layernorm.weight.uniform_(0.5, 1.5)
     return config, attention, hf.DeepseekV3RotaryEmbedding(config)
-
-
-def transformers_output(attention, rotary, hidden, positions):
-    x = hidden.unsqueeze(0)
-    cos, sin = rotary(x, positions.unsqueeze(0))
-    t = hidden.shape[0]
-    mask = torch.full((t, t), float("-inf")).triu(1).view(1, 1, t, t)
-    with torch.no_grad():
-        out, _ = attention(x, position_embeddings=(cos, sin), attention_mask=mask)
-    return out[0]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ckpt_helpers import deepseek_block_cast, deepseek_dequantize
-from hf_deepseek import attention_widths, eager
+from hf_deepseek import attention_widths, eager, transformers_output
 
 import mla_debug as md
 from mla_debug.model.indexer import SparseAttentionWarning
@@ -66,16 +66,6 @@ def reference_module(request):
 def v32_module():
     """The V3.2 attention alone: only it has an indexer."""
     return _reference_module("v3.2")
-
-
-def transformers_output(attention, rotary, hidden, positions):
-    x = hidden.unsqueeze(0)
-    cos, sin = rotary(x, positions.unsqueeze(0))
-    t = hidden.shape[0]
-    mask = torch.full((t, t), float("-inf")).triu(1).view(1, 1, t, t)
-    with torch.no_grad():
-        out, _ = attention(x, position_embeddings=(cos, sin), attention_mask=mask)
-    return out[0]
 
 
 def _inputs(seed: int, tokens: int, start: int):

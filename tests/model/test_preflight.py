@@ -11,15 +11,6 @@ from mla_debug.model import Checkpoint, MLAConfig
 from mla_debug.model.preflight import check_layer_options, layer_config, layer_positions
 
 
-@pytest.fixture
-def no_weights(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("weights were built or read")
-
-    monkeypatch.setattr(Checkpoint, "synthetic", classmethod(refuse))
-    monkeypatch.setattr(Checkpoint, "load", classmethod(refuse))
-
-
 def test_config_of_a_preset_an_mla_config_and_a_checkpoint_folder(no_weights, tmp_path):
     v3 = MLAConfig.preset("deepseek-v3")
     assert layer_config("deepseek-v3") is v3 and layer_config(v3) is v3

@@ -1,7 +1,7 @@
 """An independent, straightforward model of the fused RMSNorm + group quant, for bitwise comparisons.
 
-Written from docs/semantics.md §2, §3 and §11 and the rounding steps the reference documents, sharing no code with
-``mla_debug``. It loops over rows and groups; within a row every fp32 operation is done in float64 and
+Written from docs/semantics.md §2, §3 and §11 (the recipes' constants in fp8_recipes.py) and the rounding steps
+the reference documents, sharing no code with ``mla_debug``. It loops over rows and groups; within a row every fp32 operation is done in float64 and
 rounded to fp32 explicitly (``f32``). That emulation is exact for +, *, / and sqrt of fp32 operands:
 float64 has 53 >= 2*24 + 2 bits, so rounding first to float64 and then to fp32 equals rounding once to
 fp32. The sum of squares is taken with ``math.fsum`` (the correctly rounded float64 sum), while the
@@ -18,60 +18,18 @@ from __future__ import annotations
 import math
 
 import torch
+from fp8_recipes import AMAX_IGNORES_NAN, BIAS, CLAMPS, DIVIDES, FN, FNUZ, FORMAT_MAX, GROUP_FLOOR, TIMES_INVERSE_MAX
+from fp8_recipes import fmt_max as flavor_max
 
-FN = torch.float8_e4m3fn
-FNUZ = torch.float8_e4m3fnuz
 FP8_NAME = {FN: "e4m3fn", FNUZ: "e4m3fnuz"}
 FLAVORS = ("aiter", "vllm", "deepseek")
 # aiter's own 1x128 quantizers that the Triton kernels implement too (aiter-torch's device-dependent
-# division they refuse); written from aiter's sources, amd-aiter 0.1.7.post2.dev18.
+# division they refuse).
 AITER_FLAVORS = ("aiter-hip", "aiter-triton", "aiter-fused")
-
-# docs/semantics.md §2: exponent bias and largest finite value of each element format.
-_BIAS = {FN: 7, FNUZ: 8}
-_FORMAT_MAX = {FN: 448.0, FNUZ: 240.0}
-
-# docs/semantics.md §2-3 and the flavor descriptions: the max each flavor maps amax to, its amax floor for
-# 1xG groups, whether it multiplies by the reciprocal or divides, and whether it clamps before the cast.
-_FLAVOR_MAX = {
-    ("aiter", FN): 448.0,
-    ("aiter", FNUZ): 240.0,
-    ("vllm", FN): 448.0,
-    ("vllm", FNUZ): 224.0,
-    ("deepseek", FN): 448.0,
-    ("deepseek", FNUZ): 448.0,
-    **{(name, dtype): _FORMAT_MAX[dtype] for name in AITER_FLAVORS for dtype in (FN, FNUZ)},
-}
-# quant_kernels.cu (hip): absMax starts at 1e-10f; the Triton per-token quant has no floor; the fused
-# _fp8_quant_op floors at 1e-10.
-_GROUP_FLOOR = {
-    "aiter": 1e-10,
-    "vllm": 1e-10,
-    "deepseek": 1e-4,
-    "aiter-hip": 1e-10,
-    "aiter-triton": 0.0,
-    "aiter-fused": 1e-10,
-}
-_DIVIDES = {"aiter": False, "vllm": True, "deepseek": False, **{name: False for name in AITER_FLAVORS}}
-_CLAMPS = {
-    "aiter": True,
-    "vllm": True,
-    "deepseek": False,
-    "aiter-hip": True,
-    "aiter-triton": False,
-    "aiter-fused": True,
-}
-# hip: scale = absMax * (float)(1.0 / max), and fmaxf keeps NaN out of absMax
-_TIMES_INVERSE_MAX = {"aiter-hip"}
-_AMAX_IGNORES_NAN = {"aiter-hip"}
-
-
-def flavor_max(flavor: str, dtype: torch.dtype) -> float:
-    return _FLAVOR_MAX[(flavor, dtype)]
 
 
 def min_subnormal(dtype: torch.dtype) -> float:
-    return 2.0 ** (1 - _BIAS[dtype] - 3)
+    return 2.0 ** (1 - BIAS[dtype] - 3)
 
 
 def f32(t: torch.Tensor) -> torch.Tensor:
@@ -127,7 +85,7 @@ def norm_rows(
 def fp8_quantum(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Spacing of the fp8 grid in the binade of |v| (2^(E-3) for 2^E <= |v| < 2^(E+1)); below the
     smallest normal the fixed subnormal spacing. float64, finite |v| only."""
-    bias = _BIAS[dtype]
+    bias = BIAS[dtype]
     a = v.to(torch.float64).abs()
     _, exp = torch.frexp(a)
     subnormal = a < 2.0 ** (1 - bias)  # zero included: frexp(0) reports exponent 0, not -inf
@@ -148,7 +106,7 @@ def fp8_bytes(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     torch's CPU casts do exactly this out of range (docs/semantics.md §2): e4m3fn clamps to +-448, Inf included;
     e4m3fnuz gives its NaN byte for anything that rounds above 240.
     """
-    bias = _BIAS[dtype]
+    bias = BIAS[dtype]
     v = v.to(torch.float64)
     a = v.abs()
     finite = torch.isfinite(a)
@@ -159,7 +117,7 @@ def fp8_bytes(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     # count is in [8, 16] for normals (16 carries into the next binade) and [0, 8] below them
     magnitude_byte = count + 8 * torch.clamp(e + bias - 1, min=0)
     value = count.to(torch.float64) * quantum
-    fmt_max = _FORMAT_MAX[dtype]
+    fmt_max = FORMAT_MAX[dtype]
     negative = torch.signbit(v)
     if dtype == FN:
         max_byte = 0x7E
@@ -183,7 +141,7 @@ def is_nan_byte(b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def fp8_value(b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """float64 value of fp8 bytes from the bit fields (NaN bytes give NaN)."""
     b = b.to(torch.int64)
-    bias = _BIAS[dtype]
+    bias = BIAS[dtype]
     e_field, mant = (b >> 3) & 0xF, b & 0x7
     normal = (8 + mant).to(torch.float64) * torch.pow(2.0, (e_field - bias - 3).to(torch.float64))
     sub = mant.to(torch.float64) * min_subnormal(dtype)
@@ -202,7 +160,7 @@ def quant_rows(
     m, n = y.shape
     g_count = n // group
     fmax = flavor_max(flavor, dtype)
-    floor32 = f32s(_GROUP_FLOOR[flavor])
+    floor32 = f32s(GROUP_FLOOR[flavor])
     out = torch.empty((m, n), dtype=torch.uint8)
     scales = torch.empty((m, g_count), dtype=torch.float64)
     quotients = torch.empty((m, n), dtype=torch.float64)
@@ -210,16 +168,16 @@ def quant_rows(
         for g in range(g_count):
             part = y[i, g * group : (g + 1) * group].to(torch.float64)
             magnitudes = part.abs()
-            if flavor in _AMAX_IGNORES_NAN:
+            if flavor in AMAX_IGNORES_NAN:
                 magnitudes = torch.where(torch.isnan(magnitudes), torch.zeros_like(magnitudes), magnitudes)
             amax = math.nan if bool(torch.isnan(magnitudes).any()) else max(float(magnitudes.max()), floor32)
-            scale = f32s(amax * f32s(1.0 / fmax)) if flavor in _TIMES_INVERSE_MAX else f32s(amax / fmax)
-            if _DIVIDES[flavor]:
+            scale = f32s(amax * f32s(1.0 / fmax)) if flavor in TIMES_INVERSE_MAX else f32s(amax / fmax)
+            if DIVIDES[flavor]:
                 t = f32(part / scale)
             else:
                 # 1/0 is +inf in IEEE arithmetic (aiter-triton's all-zero groups); Python's float raises
                 t = f32(part * f32s(1.0 / scale if scale else math.inf))
-            if _CLAMPS[flavor]:
+            if CLAMPS[flavor]:
                 t = t.clamp(-fmax, fmax)
             scales[i, g] = scale
             quotients[i, g * group : (g + 1) * group] = t

@@ -27,7 +27,7 @@ def quant_ptx(compiler, in_place: bool) -> str:
     """group_quant_kernel for V4-Pro rows (1536 = 12 groups of 128), one row per 4-warp program, the aiter
     recipe on e4m3fn, compiled for sm_90a."""
     constants = dict(N=1536, GS=128, BLOCK_M=1, NG=16, SOFT=False, SCALES_IN_PLACE=in_place)
-    constants.update(support.quant_constants(E4M3FN, AITER).kwargs())
+    constants.update(QUANT=support.quant_constants(E4M3FN, AITER))
     pointers = {"x_ptr": "*bf16", "out_ptr": "*u8", "scale_ptr": "*fp32", "ovf_ptr": "*i32"}
     signature = dict(pointers, M="i32", stride_x="i32", stride_sm="i32", stride_sg="i32")
     signature.update({name: "constexpr" for name in constants})

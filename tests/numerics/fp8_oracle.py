@@ -1,9 +1,9 @@
 """Independent references for the numerics tests.
 
-Written from the format definitions and the quantization recipes of docs/semantics.md §2-3, sharing no code with
-``mla_debug.numerics``: fp8 values come from the bit fields, rounding to fp8 is a nearest-value search
-on the value grid with ties to the even byte, and every fp32 operation of a recipe is done in float64
-followed by an explicit rounding to fp32. That emulation is exact: a product of two fp32 values is
+Written from the format definitions and the quantization recipes of docs/semantics.md §2-3 (their constants in
+fp8_recipes.py), sharing no code with ``mla_debug.numerics``: fp8 values come from the bit fields, rounding to
+fp8 is a nearest-value search on the value grid with ties to the even byte, and every fp32 operation of a
+recipe is done in float64 followed by an explicit rounding to fp32. That emulation is exact: a product of two fp32 values is
 exact in float64, and a quotient rounded first to float64 and then to fp32 is the correctly rounded
 fp32 quotient (53 >= 2*24 + 2, so double rounding is innocuous).
 """
@@ -13,56 +13,29 @@ from __future__ import annotations
 import math
 
 import torch
+from fp8_recipes import (  # noqa: F401  (FLAVOR_NAMES, BLOCK_FLAVOR_NAMES: for the tests that import them here)
+    AMAX_IGNORES_NAN,
+    BIAS,
+    BLOCK_FLAVOR_NAMES,
+    BLOCK_FLOOR,
+    CLAMPS,
+    DIVIDES,
+    DTYPES,
+    FLAVOR_NAMES,
+    FN,
+    FNUZ,
+    GROUP_FLOOR,
+    TIMES_INVERSE_MAX,
+    ZERO_SCALE,
+    fmt_max,
+)
 
-FN = torch.float8_e4m3fn
-FNUZ = torch.float8_e4m3fnuz
-DTYPES = (FN, FNUZ)
-# Block quantizers exist for these; the aiter-* flavors are aiter's 1x128 activation quantizers only.
-BLOCK_FLAVOR_NAMES = ("aiter", "vllm", "deepseek")
-FLAVOR_NAMES = (*BLOCK_FLAVOR_NAMES, "aiter-hip", "aiter-triton", "aiter-fused", "aiter-torch")
-
-_BIAS = {FN: 7, FNUZ: 8}
 # The largest finite byte of each format and its value (from the bit fields: 0x7E = 1.110b * 2^8,
 # 0x7F = 1.111b * 2^7).
 _MAX_BYTE = {FN: 0x7E, FNUZ: 0x7F}
-
-# Per-flavor recipe constants, transcribed from docs/semantics.md §3, the flavor descriptions, and for the aiter-*
-# flavors from aiter's sources (amd-aiter 0.1.7.post2.dev18): csrc/kernels/quant_kernels.cu (hip),
-# ops/triton/_triton_kernels/quant.py (triton), ops/triton/_triton_kernels/fused_fp8_quant.py (fused),
-# ops/quant.py pertoken_quant (torch). Every aiter quantizer uses the dtype max: 448 fn, 240 fnuz.
-_FMT_MAX = {
-    ("vllm", FN): 448.0,
-    ("vllm", FNUZ): 224.0,
-    ("deepseek", FN): 448.0,
-    ("deepseek", FNUZ): 448.0,
-    **{(name, FN): 448.0 for name in FLAVOR_NAMES if name.startswith("aiter")},
-    **{(name, FNUZ): 240.0 for name in FLAVOR_NAMES if name.startswith("aiter")},
-}
-_GROUP_FLOOR = {
-    "aiter": 1e-10,
-    "vllm": 1e-10,
-    "deepseek": 1e-4,
-    "aiter-hip": 1e-10,
-    "aiter-triton": 0.0,
-    "aiter-fused": 1e-10,
-    "aiter-torch": 0.0,
-}
-_BLOCK_FLOOR = {"aiter": 1e-10, "vllm": 1e-12, "deepseek": 1e-4}
-_DIVIDES = {name: name in ("vllm", "aiter-torch") for name in FLAVOR_NAMES}
-_CLAMPS = {name: name not in ("deepseek", "aiter-triton", "aiter-torch") for name in FLAVOR_NAMES}
-# aiter's HIP kernel: scale = amax * (float)(1.0 / max), not amax / max
-_TIMES_INVERSE_MAX = {"aiter-hip"}
-# aiter's torch reference: an all-zero group's scale becomes 1
-_ZERO_SCALE = {"aiter-torch": 1.0}
-# aiter's HIP kernel reduces |x| with fmaxf, which drops NaN
-_AMAX_IGNORES_NAN = {"aiter-hip"}
 # Magnitude from which an unbounded round-to-nearest-even no longer lands on the format's max:
 # max + half the spacing of the top binade (fn: 448 + 16; fnuz: 240 + 8).
 OVERFLOW_AT = {FN: 464.0, FNUZ: 248.0}
-
-
-def fmt_max(flavor: str, dtype: torch.dtype) -> float:
-    return _FMT_MAX[(flavor, dtype)]
 
 
 def is_nan_byte(byte: int, dtype: torch.dtype) -> bool:
@@ -75,7 +48,7 @@ def decode_byte(byte: int, dtype: torch.dtype) -> float:
     """Value of one fp8 byte from its sign, 4-bit exponent and 3-bit mantissa."""
     if is_nan_byte(byte, dtype):
         return math.nan
-    bias = _BIAS[dtype]
+    bias = BIAS[dtype]
     negative = bool(byte & 0x80)
     exponent = (byte >> 3) & 0xF
     mantissa = byte & 0x7
@@ -146,11 +119,11 @@ def ceil_pow2_ref(s: torch.Tensor) -> torch.Tensor:
 
 def _quotient(x64: torch.Tensor, scale: torch.Tensor, flavor: str, dtype: torch.dtype):
     """The fp32 quotient of a recipe, clamped if the flavor clamps; also the overflow mask."""
-    if _DIVIDES[flavor]:
+    if DIVIDES[flavor]:
         y = f32(x64 / scale)
     else:
         y = f32(x64 * f32(1.0 / scale))
-    if _CLAMPS[flavor]:
+    if CLAMPS[flavor]:
         m = fmt_max(flavor, dtype)
         y = y.clamp(-m, m)
     overflow = torch.isfinite(y) & (y.abs() >= OVERFLOW_AT[dtype])
@@ -160,12 +133,12 @@ def _quotient(x64: torch.Tensor, scale: torch.Tensor, flavor: str, dtype: torch.
 def _scale(amax: torch.Tensor, floor: float, flavor: str, dtype: torch.dtype, ue8m0: bool) -> torch.Tensor:
     floor32 = f32(torch.tensor(floor, dtype=torch.float64)).item()
     amax = torch.where(torch.isnan(amax), amax, amax.clamp_min(floor32))
-    if flavor in _TIMES_INVERSE_MAX:
+    if flavor in TIMES_INVERSE_MAX:
         scale = f32(amax * f32(torch.tensor(1.0 / fmt_max(flavor, dtype), dtype=torch.float64)))
     else:
         scale = f32(amax / fmt_max(flavor, dtype))
-    if flavor in _ZERO_SCALE:
-        scale = torch.where(scale == 0, torch.full_like(scale, _ZERO_SCALE[flavor]), scale)
+    if flavor in ZERO_SCALE:
+        scale = torch.where(scale == 0, torch.full_like(scale, ZERO_SCALE[flavor]), scale)
     return ceil_pow2_ref(scale) if ue8m0 else scale
 
 
@@ -175,10 +148,10 @@ def group_quant_ref(x: torch.Tensor, group: int, dtype: torch.dtype, flavor: str
     k = x64.shape[-1]
     groups = x64.reshape(*x64.shape[:-1], k // group, group)
     magnitude = groups.abs()
-    if flavor in _AMAX_IGNORES_NAN:
+    if flavor in AMAX_IGNORES_NAN:
         magnitude = torch.where(torch.isnan(magnitude), torch.zeros_like(magnitude), magnitude)
     amax = magnitude.amax(dim=-1)
-    scale = _scale(amax, _GROUP_FLOOR[flavor], flavor, dtype, ue8m0)
+    scale = _scale(amax, GROUP_FLOOR[flavor], flavor, dtype, ue8m0)
     y, overflow = _quotient(groups, scale.unsqueeze(-1), flavor, dtype)
     q = round_to_fp8_bytes(y, dtype).reshape(x.shape)
     return q, scale, overflow.reshape(x.shape), y.reshape(x.shape)
@@ -197,7 +170,7 @@ def block_quant_ref(w: torch.Tensor, block: tuple[int, int], dtype: torch.dtype,
         for j in range(kb):
             rows, cols = slice(i * bn, (i + 1) * bn), slice(j * bk, (j + 1) * bk)
             part = w64[rows, cols]
-            s = _scale(part.abs().max(), _BLOCK_FLOOR[flavor], flavor, dtype, ue8m0)
+            s = _scale(part.abs().max(), BLOCK_FLOOR[flavor], flavor, dtype, ue8m0)
             y, over = _quotient(part, s, flavor, dtype)
             q[rows, cols] = round_to_fp8_bytes(y, dtype).reshape(part.shape)
             scale[i, j] = s

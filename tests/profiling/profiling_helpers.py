@@ -21,18 +21,6 @@ import gzip
 import json
 from pathlib import Path
 
-V3_PREFILL_STEPS = [
-    "fused_qkv_a",
-    "q_a_layernorm",
-    "kv_a_layernorm",
-    "q_b_proj",
-    "rope",
-    "kv_b_proj",
-    "attention",
-    "o_proj",
-    "all_reduce",
-]
-V3_DECODE_STEPS = V3_PREFILL_STEPS[:5] + ["absorb_uk", "attention", "absorb_uv", "o_proj", "all_reduce"]
 GEMM_STEPS = ("fused_qkv_a", "q_b_proj", "kv_b_proj", "o_proj")
 
 

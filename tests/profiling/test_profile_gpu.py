@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from profiling_helpers import GEMM_STEPS, V3_PREFILL_STEPS
+from layer_steps import V3_PREFILL_STEPS
+from profiling_helpers import GEMM_STEPS
 
 import mla_debug as md
 

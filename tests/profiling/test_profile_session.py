@@ -10,7 +10,8 @@ import sys
 
 import pytest
 import torch
-from profiling_helpers import GEMM_STEPS, V3_DECODE_STEPS, V3_PREFILL_STEPS
+from layer_steps import V3_DECODE_STEPS, V3_PREFILL_STEPS
+from profiling_helpers import GEMM_STEPS
 
 import mla_debug as md
 from mla_debug.profiling import META_NAME

@@ -4,6 +4,7 @@ weight, and how it is called."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..canonical import DERIVED, DERIVED_SCALES, MODULES
 
@@ -65,6 +66,17 @@ class Argument:
 
     keyword: str
     position: int | None = None
+
+
+def argument_value(arg: Argument | None, args: tuple, kwargs: dict) -> Any:
+    """The value a call passed for `arg` (by keyword, else by position), or None when it passed none."""
+    if arg is None:
+        return None
+    if arg.keyword in kwargs:
+        return kwargs[arg.keyword]
+    if arg.position is not None and arg.position < len(args):
+        return args[arg.position]
+    return None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ whose local shard is what the rank stores. DeepSeek-V3's own base_model_tp_plan 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .name_map import Argument, ModuleName, NameMap
 
 _MODULES = tuple(
@@ -35,16 +37,11 @@ TRANSFORMERS_DEEPSEEK_V3 = NameMap(
     row_output_reduced=True,
 )
 
-TRANSFORMERS_DEEPSEEK_V32 = NameMap(
+# DeepSeek-V3.2's attention: V3's modules and call, plus the indexer.
+TRANSFORMERS_DEEPSEEK_V32 = replace(
+    TRANSFORMERS_DEEPSEEK_V3,
     key="transformers-deepseek_v32",
-    engine="transformers",
-    version="5.24",
     source="transformers 5.24, models/deepseek_v32/modeling_deepseek_v32.py, DeepseekV32Attention",
     attention_classes=("DeepseekV32Attention",),
-    attention_attr="self_attn",
-    modules=_MODULES,
-    hidden_arg=Argument("hidden_states", 0),
-    positions_arg=Argument("position_ids"),
-    row_output_reduced=True,
     notes=("the indexer (sparse top-k selection) is not captured",),
 )

@@ -23,6 +23,16 @@ from __future__ import annotations
 
 from .name_map import Argument, DerivedName, ModuleName, NameMap
 
+# DeepseekV2MLAAttention's modules, the same on every platform vLLM builds for.
+DEEPSEEK_V2_MLA_MODULES = (
+    ModuleName("fused_qkv_a_proj", "fused_qkv_a_proj"),
+    ModuleName("q_a_layernorm", "q_a_layernorm"),
+    ModuleName("kv_a_layernorm", "kv_a_layernorm"),
+    ModuleName("q_b_proj", "q_b_proj"),
+    ModuleName("kv_b_proj", "kv_b_proj"),
+    ModuleName("mla_attn.mla_attn", "attention"),
+    ModuleName("o_proj", "o_proj"),
+)
 VLLM_0_33 = NameMap(
     key="vllm-0.33",
     engine="vllm",
@@ -30,15 +40,7 @@ VLLM_0_33 = NameMap(
     source="vllm 0.33.0, model_executor/models/deepseek_v2.py, DeepseekV2MLAAttention",
     attention_classes=("DeepseekV2MLAAttention",),
     attention_attr="self_attn",
-    modules=(
-        ModuleName("fused_qkv_a_proj", "fused_qkv_a_proj"),
-        ModuleName("q_a_layernorm", "q_a_layernorm"),
-        ModuleName("kv_a_layernorm", "kv_a_layernorm"),
-        ModuleName("q_b_proj", "q_b_proj"),
-        ModuleName("kv_b_proj", "kv_b_proj"),
-        ModuleName("mla_attn.mla_attn", "attention"),
-        ModuleName("o_proj", "o_proj"),
-    ),
+    modules=DEEPSEEK_V2_MLA_MODULES,
     derived=(
         DerivedName("mla_attn.mla_attn.W_UK_T", "W_UK", axes="heads,nope,latent", head_dim=0),
         DerivedName("mla_attn.mla_attn.W_UV", "W_UV", axes="heads,latent,v", head_dim=0),

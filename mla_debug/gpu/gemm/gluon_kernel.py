@@ -40,34 +40,11 @@ _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 @gluon.jit
 def gluon_gemm_kernel(
-    a_ptr,
-    a_scale_ptr,
-    w_ptr,
-    w_scale_ptr,
-    out_ptr,
-    partial_ptr,
-    arrivals_ptr,
-    M,
-    N,
-    K,
-    KP,
-    stride_am,
-    stride_sm,
-    stride_sk,
-    stride_wsn,
-    stride_wsk,
-    stride_om,
-    stride_split,
-    SHUFFLED: gl.constexpr,
-    OVERLAP: gl.constexpr,
-    SPLIT_K: gl.constexpr,
-    STAGGER: gl.constexpr,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
-    W_WARPS_N: gl.constexpr,
-):
+    a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, out_ptr, partial_ptr, arrivals_ptr,
+    M, N, K, KP, stride_am, stride_sm, stride_sk, stride_wsn, stride_wsk, stride_om, stride_split,
+    SHUFFLED: gl.constexpr, OVERLAP: gl.constexpr, SPLIT_K: gl.constexpr, STAGGER: gl.constexpr,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, W_WARPS_N: gl.constexpr,
+):  # fmt: skip
     BLOCK_K: gl.constexpr = 128
     NUM_WARPS: gl.constexpr = gl.num_warps()
     WGMMA: gl.constexpr = BLOCK_M >= 64
@@ -76,12 +53,8 @@ def gluon_gemm_kernel(
 
     a_copy: gl.constexpr = activation_copy_layout(NUM_WARPS)
     w_copy: gl.constexpr = weight_copy_layout(SHUFFLED, NUM_WARPS, W_WARPS_N)
-    w_smem: gl.constexpr = weight_smem_layout(SHUFFLED)
-    w_shape: gl.constexpr = weight_buffer_shape(SHUFFLED, STAGES, BLOCK_N)
     # The per-block scales ride the same pipeline: one 4-byte copy per row (rows_copy covers BLOCK_M).
     rows_copy: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
-    scale_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    a_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
     if WGMMA:
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_N, 32]
@@ -129,22 +102,15 @@ def gluon_gemm_kernel(
     if STAGGER:  # column tile j starts at block j of its range (see the Triton kernel)
         shift = pid_n % gl.maximum(n_blocks, 1)
 
-    a_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, BLOCK_K], a_smem)
-    w_bufs = gl.allocate_shared_memory(gl.float8e4nv, w_shape, w_smem)
-    # Why the scales are staged too: read COL_MAJOR (the preshuffled contract), a block's activation
-    # scales are a fresh 4 x BLOCK_M-byte run M x 4 bytes from the previous block's, a trip to HBM per
-    # block; loaded one block ahead they stalled every iteration (RESULTS.md, "the activation scales' byte
-    # order"). STAGES - 1 blocks ahead they arrive with the tiles.
-    a_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
-    w_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
+    bufs = stage_buffers(SHUFFLED, STAGES, BLOCK_M, BLOCK_N)
+    a_bufs, w_bufs, a_scale_bufs, w_scale_bufs = bufs
+    # What every copy of this program's K range reads (`_fetch`).
+    fetching = (n_blocks, shift, kb_start, bufs, (a_ptrs, w_ptrs, s_ptrs, ws_ptrs), stride_sk, stride_wsk)
 
     # Prologue: STAGES - 1 blocks in flight, one commit group each (empty past the range, so the count of
     # groups per iteration stays fixed).
     for s in gl.static_range(STAGES - 1):
-        _fetch(
-            s, n_blocks, shift, kb_start, STAGES, a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, a_ptrs, w_ptrs, s_ptrs,
-            ws_ptrs, stride_sk, stride_wsk, SHUFFLED, BLOCK_N,
-        )  # fmt: skip
+        _fetch(s, fetching, STAGES, SHUFFLED, STAGGER, BLOCK_M, BLOCK_N)
 
     acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
     if OVERLAP:
@@ -155,35 +121,9 @@ def gluon_gemm_kernel(
         # reads one product while another's MMA runs across the back edge; and keeping two in flight within
         # an unrolled body, refills then two blocks behind, ran slower: RESULTS.md.) Unrolled by two so that
         # each product keeps its registers; the launcher passes an even block count (2+).
-        part_a = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)  # even blocks
-        part_b = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)  # odd blocks
-        part_a = _start_mma(0, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
-        _fetch(
-            STAGES - 1, n_blocks, shift, kb_start, STAGES, a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, a_ptrs,
-            w_ptrs, s_ptrs, ws_ptrs, stride_sk, stride_wsk, SHUFFLED, BLOCK_N,
-        )  # fmt: skip
-        part_a = warpgroup_mma_wait(0, deps=[part_a])
-        # Block 0 is peeled off, so that a product is only ever read after an MMA wrote it (ptxas injects a
-        # wait, serializing, where one read may meet the zeros a tile starts as). Each step reads block
-        # i - 1's scales, starts block i's MMA (the barrier: no refill of block i - 1's slot before every
-        # thread has read them), promotes block i - 1 under it, then refills block i - 1's slot.
-        for j in range(0, n_blocks - 2, 2):
-            scale = block_scale(j, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
-            part_b = _start_mma(j + 1, a_bufs, w_bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
-            acc += part_a * scale[:, None]
-            _fetch(
-                j + STAGES, n_blocks, shift, kb_start, STAGES, a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, a_ptrs,
-                w_ptrs, s_ptrs, ws_ptrs, stride_sk, stride_wsk, SHUFFLED, BLOCK_N,
-            )  # fmt: skip
-            part_b = warpgroup_mma_wait(0, deps=[part_b])
-            scale = block_scale(j + 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
-            part_a = _start_mma(j + 2, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
-            acc += part_b * scale[:, None]
-            _fetch(
-                j + 1 + STAGES, n_blocks, shift, kb_start, STAGES, a_bufs, w_bufs, a_scale_bufs, w_scale_bufs,
-                a_ptrs, w_ptrs, s_ptrs, ws_ptrs, stride_sk, stride_wsk, SHUFFLED, BLOCK_N,
-            )  # fmt: skip
-            part_a = warpgroup_mma_wait(0, deps=[part_a])
+        acc, part_a, part_b = overlapped_blocks(
+            0, n_blocks, acc, bufs, _fetch, fetching, rows_layout, STAGES, SHUFFLED, STAGGER, BLOCK_M, BLOCK_N
+        )
         # Block n - 2 is in part_a; the last one goes to part_b.
         scale = block_scale(n_blocks - 2, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
         part_b = _start_mma(n_blocks - 1, a_bufs, w_bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
@@ -209,10 +149,7 @@ def gluon_gemm_kernel(
                 a_f16 = a_tile.load(gl.DotOperandLayout(0, acc_layout, 4)).to(gl.float16)
                 w_f16 = w_tile.load(gl.DotOperandLayout(1, acc_layout, 4)).to(gl.float16)
                 part = mma_v2(a_f16, w_f16, zeros)
-            _fetch(
-                i + STAGES - 1, n_blocks, shift, kb_start, STAGES, a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, a_ptrs,
-                w_ptrs, s_ptrs, ws_ptrs, stride_sk, stride_wsk, SHUFFLED, BLOCK_N,
-            )  # fmt: skip
+            _fetch(i + STAGES - 1, fetching, STAGES, SHUFFLED, STAGGER, BLOCK_M, BLOCK_N)
             if WGMMA:
                 part = warpgroup_mma_wait(0, deps=[part])
             acc += part * block_scale(i, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)[:, None]
@@ -271,6 +208,25 @@ def weight_buffer_shape(shuffled, stages, block_n):
 
 
 @gluon.jit
+def stage_buffers(SHUFFLED: gl.constexpr, STAGES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The pipeline's shared memory, STAGES slots of each: the activation tile (128-byte swizzled), the
+    weight tile (`weight_smem_layout`), and a block's activation and weight scales, one per tile row.
+
+    Why the scales are staged too: read COL_MAJOR (the preshuffled contract), a block's activation scales
+    are a fresh 4 x BLOCK_M-byte run M x 4 bytes from the previous block's, a trip to HBM per block;
+    loaded one block ahead they stalled every iteration (RESULTS.md, "the activation scales' byte
+    order"). STAGES - 1 blocks ahead they arrive with the tiles."""
+    a_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    w_shape: gl.constexpr = weight_buffer_shape(SHUFFLED, STAGES, BLOCK_N)
+    scale_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    a_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, 128], a_smem)
+    w_bufs = gl.allocate_shared_memory(gl.float8e4nv, w_shape, weight_smem_layout(SHUFFLED))
+    a_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
+    w_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
+    return a_bufs, w_bufs, a_scale_bufs, w_scale_bufs
+
+
+@gluon.jit
 def _weight_tile(w_bufs, slot, SHUFFLED: gl.constexpr, BLOCK_N: gl.constexpr):
     """Pipeline slot `slot` of the weight buffer as BLOCK_N rows of 128 K bytes, whatever its staging."""
     if SHUFFLED:  # stored chunk-major: [K chunk, row, 16 bytes]
@@ -281,12 +237,17 @@ def _weight_tile(w_bufs, slot, SHUFFLED: gl.constexpr, BLOCK_N: gl.constexpr):
 
 @gluon.jit
 def _fetch(
-    i, n_blocks, shift, kb_start, STAGES: gl.constexpr, a_bufs, w_bufs, a_scale_bufs, w_scale_bufs, a_ptrs, w_ptrs,
-    s_ptrs, ws_ptrs, stride_sk, stride_wsk, SHUFFLED: gl.constexpr, BLOCK_N: gl.constexpr,
+    i, fetching, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, STAGGER: gl.constexpr, BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
 ):  # fmt: skip
     """Start the copies of the i-th block of this program's K range (in its staggered order) into slot
     i % STAGES - the activation and weight tiles and both blocks' scales - and commit them as one group,
-    an empty one past the range (so that every iteration commits one)."""
+    an empty one past the range (so that every iteration commits one). `fetching`: what the kernel fixed
+    for its copies; the constants are those every fetch of `overlapped_blocks` takes (the stagger is
+    in the kernel's shift, the rows in its pointers)."""
+    n_blocks, shift, kb_start, bufs, pointers, stride_sk, stride_wsk = fetching
+    a_bufs, w_bufs, a_scale_bufs, w_scale_bufs = bufs
+    a_ptrs, w_ptrs, s_ptrs, ws_ptrs = pointers
     BLOCK_K: gl.constexpr = 128
     if i < n_blocks:
         step = i + shift
@@ -298,6 +259,40 @@ def _fetch(
         _copy(a_scale_bufs.index(slot), s_ptrs + kb * stride_sk)
         _copy(w_scale_bufs.index(slot), ws_ptrs + kb * stride_wsk)
     async_copy.commit_group()
+
+
+@gluon.jit
+def overlapped_blocks(
+    first, n_blocks, acc, bufs, FETCH: gl.constexpr, fetching, rows_layout: gl.constexpr, STAGES: gl.constexpr,
+    SHUFFLED: gl.constexpr, STAGGER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+):  # fmt: skip
+    """The overlapped loop (see gluon_gemm_kernel) over steps `first` .. `first + n_blocks - 1`, up to its
+    last block: returns (`acc` with every block but the last two promoted, block n - 2's product, the
+    register tile the last block's MMA goes to). ``FETCH(i, fetching, <the constants>)`` refills the slot
+    of step i.
+
+    Block 0 is peeled off, so that a product is only ever read after an MMA wrote it (ptxas injects a
+    wait, serializing, where one read may meet the zeros a tile starts as). Each step reads block i - 1's
+    scales, starts block i's MMA (the barrier: no refill of block i - 1's slot before every thread has
+    read them), promotes block i - 1 under it, then refills block i - 1's slot."""
+    a_bufs, w_bufs, a_scale_bufs, w_scale_bufs = bufs
+    part_a = gl.zeros_like(acc)  # even blocks
+    part_b = gl.zeros_like(acc)  # odd blocks
+    part_a = _start_mma(first, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
+    FETCH(first + STAGES - 1, fetching, STAGES, SHUFFLED, STAGGER, BLOCK_M, BLOCK_N)
+    part_a = warpgroup_mma_wait(0, deps=[part_a])
+    for j in range(first, first + n_blocks - 2, 2):
+        scale = block_scale(j, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
+        part_b = _start_mma(j + 1, a_bufs, w_bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
+        acc += part_a * scale[:, None]
+        FETCH(j + STAGES, fetching, STAGES, SHUFFLED, STAGGER, BLOCK_M, BLOCK_N)
+        part_b = warpgroup_mma_wait(0, deps=[part_b])
+        scale = block_scale(j + 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
+        part_a = _start_mma(j + 2, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
+        acc += part_b * scale[:, None]
+        FETCH(j + 1 + STAGES, fetching, STAGES, SHUFFLED, STAGGER, BLOCK_M, BLOCK_N)
+        part_a = warpgroup_mma_wait(0, deps=[part_a])
+    return acc, part_a, part_b
 
 
 @gluon.jit

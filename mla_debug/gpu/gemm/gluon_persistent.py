@@ -28,52 +28,30 @@ from .gluon_kernel import (
     _weight_tile,
     activation_copy_layout,
     block_scale,
+    overlapped_blocks,
+    stage_buffers,
     store_tile,
     tile_coordinates,
-    weight_buffer_shape,
     weight_copy_layout,
-    weight_smem_layout,
 )
 
 
 @gluon.jit
 def persistent_gemm_kernel(
-    a_ptr,
-    a_scale_ptr,
-    w_ptr,
-    w_scale_ptr,
-    out_ptr,
-    M,
-    N,
-    K,
-    KP,
-    stride_am,
-    stride_sm,
-    stride_sk,
-    stride_wsn,
-    stride_wsk,
-    stride_om,
-    SHUFFLED: gl.constexpr,
-    STAGGER: gl.constexpr,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
-    W_WARPS_N: gl.constexpr,
-):
+    a_ptr, a_scale_ptr, w_ptr, w_scale_ptr, out_ptr,
+    M, N, K, KP, stride_am, stride_sm, stride_sk, stride_wsn, stride_wsk, stride_om,
+    SHUFFLED: gl.constexpr, STAGGER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr, W_WARPS_N: gl.constexpr,
+):  # fmt: skip
     BLOCK_K: gl.constexpr = 128
     NUM_WARPS: gl.constexpr = gl.num_warps()
     gl.static_assert(BLOCK_M >= 64, "wgmma tiles")
     gl.static_assert(STAGES >= 2, "one block landing while one multiplies")
 
-    # Shared-memory and copy layouts as in gluon_gemm_kernel.
+    # Copy layouts and shared memory as in gluon_gemm_kernel.
     a_copy: gl.constexpr = activation_copy_layout(NUM_WARPS)
     w_copy: gl.constexpr = weight_copy_layout(SHUFFLED, NUM_WARPS, W_WARPS_N)
-    w_smem: gl.constexpr = weight_smem_layout(SHUFFLED)
-    w_shape: gl.constexpr = weight_buffer_shape(SHUFFLED, STAGES, BLOCK_N)
     rows_copy: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
-    scale_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    a_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[NUM_WARPS, 1], instr_shape=[16, BLOCK_N, 32]
     )
@@ -88,11 +66,8 @@ def persistent_gemm_kernel(
     # n_blocks, in pipeline slot g % STAGES, and every step commits one group of copies.
     total = my_tiles * n_blocks
 
-    a_bufs = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, BLOCK_K], a_smem)
-    w_bufs = gl.allocate_shared_memory(gl.float8e4nv, w_shape, w_smem)
-    a_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
-    w_scale_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
-    bufs = (a_bufs, w_bufs, a_scale_bufs, w_scale_bufs)
+    bufs = stage_buffers(SHUFFLED, STAGES, BLOCK_M, BLOCK_N)
+    a_bufs, w_bufs, a_scale_bufs, w_scale_bufs = bufs
     operands = (M, N, KP, stride_am, stride_sm, stride_sk, stride_wsn, stride_wsk)
     # Pointers to K block 0 of the tile at row 0 and column 0, and the row indices masks compare; a
     # tile's copies add its offsets (loop invariants: the compiler keeps only what the copies use).
@@ -112,14 +87,13 @@ def persistent_gemm_kernel(
     ws_ptrs = w_scale_ptr + gl.zeros_like(s_rows)
     pointers = (a_ptrs, w_ptrs, s_ptrs, ws_ptrs)
     within = (a_rows, w_rows, s_rows)
+    # What every copy of this program reads (`_fetch`); each tile adds its first step and coordinates.
+    fixed = (total, n_blocks, bufs, pointers, within, operands)
 
     # Prologue: STAGES - 1 blocks in flight (the launcher guarantees they lie within the first tile).
     here_m, here_n = tile_coordinates(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     for s in gl.static_range(STAGES - 1):
-        _fetch(
-            s, 0, total, n_blocks, (here_m, here_n, here_m, here_n), bufs, pointers, within, operands, STAGES,
-            SHUFFLED, STAGGER, BLOCK_M, BLOCK_N,
-        )  # fmt: skip
+        _fetch(s, (0, (here_m, here_n, here_m, here_n), fixed), STAGES, SHUFFLED, STAGGER, BLOCK_M, BLOCK_N)
 
     for t in range(0, my_tiles):
         tile = pid + t * programs
@@ -130,40 +104,16 @@ def persistent_gemm_kernel(
         coords = (here_m, here_n, next_m, next_n)
         g0 = t * n_blocks
         # The overlapped loop of gluon_gemm_kernel, steps offset by g0 (see there for why it is shaped so).
+        fetching = (g0, coords, fixed)
         acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
-        part_a = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
-        part_b = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, acc_layout)
-        part_a = _start_mma(g0, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
-        _fetch(
-            g0 + STAGES - 1, g0, total, n_blocks, coords, bufs, pointers, within, operands, STAGES, SHUFFLED, STAGGER,
-            BLOCK_M, BLOCK_N,
-        )  # fmt: skip
-        part_a = warpgroup_mma_wait(0, deps=[part_a])
-        for j in range(g0, g0 + n_blocks - 2, 2):
-            scale = block_scale(j, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
-            part_b = _start_mma(j + 1, a_bufs, w_bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
-            acc += part_a * scale[:, None]
-            _fetch(
-                j + STAGES, g0, total, n_blocks, coords, bufs, pointers, within, operands, STAGES, SHUFFLED, STAGGER,
-                BLOCK_M, BLOCK_N,
-            )  # fmt: skip
-            part_b = warpgroup_mma_wait(0, deps=[part_b])
-            scale = block_scale(j + 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
-            part_a = _start_mma(j + 2, a_bufs, w_bufs, part_a, STAGES, SHUFFLED, BLOCK_N)
-            acc += part_b * scale[:, None]
-            _fetch(
-                j + 1 + STAGES, g0, total, n_blocks, coords, bufs, pointers, within, operands, STAGES, SHUFFLED, STAGGER,
-                BLOCK_M, BLOCK_N,
-            )  # fmt: skip
-            part_a = warpgroup_mma_wait(0, deps=[part_a])
+        acc, part_a, part_b = overlapped_blocks(
+            g0, n_blocks, acc, bufs, _fetch, fetching, rows_layout, STAGES, SHUFFLED, STAGGER, BLOCK_M, BLOCK_N
+        )
         last = g0 + n_blocks - 1
         scale = block_scale(last - 1, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)
         part_b = _start_mma(last, a_bufs, w_bufs, part_b, STAGES, SHUFFLED, BLOCK_N)
         acc += part_a * scale[:, None]
-        _fetch(
-            last + STAGES - 1, g0, total, n_blocks, coords, bufs, pointers, within, operands, STAGES, SHUFFLED, STAGGER,
-            BLOCK_M, BLOCK_N,
-        )  # fmt: skip
+        _fetch(last + STAGES - 1, fetching, STAGES, SHUFFLED, STAGGER, BLOCK_M, BLOCK_N)
         part_b = warpgroup_mma_wait(0, deps=[part_b])
         acc += part_b * block_scale(last, a_scale_bufs, w_scale_bufs, STAGES, rows_layout)[:, None]
         store_tile(acc, out_ptr, here_m, here_n, M, N, stride_om, BLOCK_M, BLOCK_N)
@@ -172,8 +122,8 @@ def persistent_gemm_kernel(
 
 @gluon.jit
 def _fetch(
-    g, g0, total, n_blocks, coords, bufs, pointers, within, operands, STAGES: gl.constexpr,
-    SHUFFLED: gl.constexpr, STAGGER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    g, fetching, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, STAGGER: gl.constexpr, BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
 ):  # fmt: skip
     """Start the copies of step g - a block of the tile that starts at step g0 (at `coords`' first row and
     column tile), or of the next one (at the second) - into slot g % STAGES, and commit them as one group
@@ -181,7 +131,10 @@ def _fetch(
     row and column 0, K block 0; `within`: the row indices of the activation tile, the weight tile and
     the scales, compared with the rows the tile has: rows past M or N are not copied (never stored).
     Only scalars change from copy to copy (tensors carried along the loop would hold every element's
-    registers, and per-element addresses took issue slots the promotion needed)."""
+    registers, and per-element addresses took issue slots the promotion needed). `fetching`: (g0, coords,
+    what the kernel fixed for every copy)."""
+    g0, coords, fixed = fetching
+    total, n_blocks, bufs, pointers, within, operands = fixed
     M, N, KP, stride_am, stride_sm, stride_sk, stride_wsn, stride_wsk = operands
     here_m, here_n, next_m, next_n = coords
     a_bufs, w_bufs, a_scale_bufs, w_scale_bufs = bufs

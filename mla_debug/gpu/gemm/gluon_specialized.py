@@ -50,28 +50,11 @@ HALF: gl.constexpr = gl.constexpr(64)
 
 @gluon.jit
 def specialized_gemm_kernel(
-    a_desc,
-    w_desc,
-    out_desc,
-    s_desc,
-    a_scale_ptr,
-    w_scale_ptr,
-    out_ptr,
-    M,
-    N,
-    K,
-    stride_sm,
-    stride_sk,
-    stride_wsn,
-    stride_wsk,
-    stride_om,
-    SHUFFLED: gl.constexpr,
-    STAGGER: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
-    TMA_STORE: gl.constexpr,
+    a_desc, w_desc, out_desc, s_desc, a_scale_ptr, w_scale_ptr, out_ptr,
+    M, N, K, stride_sm, stride_sk, stride_wsn, stride_wsk, stride_om,
+    SHUFFLED: gl.constexpr, STAGGER: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, TMA_STORE: gl.constexpr,
     SCALE_TMA: gl.constexpr,
-):
+):  # fmt: skip
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     w_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
     if TMA_STORE:  # one 64 x 128 bf16 staging tile per consumer
@@ -111,15 +94,9 @@ def specialized_gemm_kernel(
 
 @gluon.jit
 def _worker(
-    args,
-    SHUFFLED: gl.constexpr,
-    STAGGER: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
-    TMA_STORE: gl.constexpr,
-    SCALE_TMA: gl.constexpr,
-    ROLE: gl.constexpr,
-):
+    args, SHUFFLED: gl.constexpr, STAGGER: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    TMA_STORE: gl.constexpr, SCALE_TMA: gl.constexpr, ROLE: gl.constexpr,
+):  # fmt: skip
     """The worker partitions (one signature for all): the second consumer, or the producer."""
     if ROLE == 1:
         _consume(args, SHUFFLED, STAGGER, GROUP_M, STAGES, TMA_STORE, SCALE_TMA, 1)
@@ -140,13 +117,9 @@ def _tile(tile, M, N, n_blocks, STAGGER: gl.constexpr, GROUP_M: gl.constexpr):
 
 @gluon.jit
 def _produce(
-    args,
-    SHUFFLED: gl.constexpr,
-    STAGGER: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
+    args, SHUFFLED: gl.constexpr, STAGGER: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
     SCALE_TMA: gl.constexpr,
-):
+):  # fmt: skip
     """One warp: for each K block of each of the program's tiles (in the tile's staggered order), wait until
     both consumers released its slot, then copy the tile's activation scales into it (TMA with SCALE_TMA,
     else cp.async, 4 per thread) and both tiles (TMA), all completing on the slot's ready barrier. Steps
@@ -191,15 +164,9 @@ def _produce(
 
 @gluon.jit
 def _consume(
-    args,
-    SHUFFLED: gl.constexpr,
-    STAGGER: gl.constexpr,
-    GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr,
-    TMA_STORE: gl.constexpr,
-    SCALE_TMA: gl.constexpr,
-    PART: gl.constexpr,
-):
+    args, SHUFFLED: gl.constexpr, STAGGER: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    TMA_STORE: gl.constexpr, SCALE_TMA: gl.constexpr, PART: gl.constexpr,
+):  # fmt: skip
     """One warpgroup: rows PART x 64 .. + 64 of each tile. Per K block, wait for its tiles, multiply, release
     the slot as soon as the MMA is done, then scale the product into the accumulator (the activation
     scales read from the stage, the weight's loaded from global memory one block ahead); at the tile's

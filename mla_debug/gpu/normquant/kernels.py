@@ -188,129 +188,64 @@ def _quantize_store(
     ovf_ptr,
     M,
     G: tl.constexpr,
-    FNUZ: tl.constexpr,
-    FMT_MAX: tl.constexpr,
-    FLOOR: tl.constexpr,
-    MUL_RECIP: tl.constexpr,
-    CLAMP: tl.constexpr,
-    COUNT_OVF: tl.constexpr,
-    OVF_AT: tl.constexpr,
-    OVF_TIE_UP: tl.constexpr,
-    INV_MAX: tl.constexpr,
-    AMAX_DROPS_NAN: tl.constexpr,
+    QUANT: tl.constexpr,
     SOFT: tl.constexpr,
     SCALES_IN_PLACE: tl.constexpr,
 ):
     """Quantize fp32 y (BLOCK_M, groups, group size) per group; store bytes, scales, overflow count."""
     magnitude = tl.abs(y)
-    if AMAX_DROPS_NAN:
+    if QUANT.AMAX_DROPS_NAN:
         magnitude = tl.where(magnitude != magnitude, 0.0, magnitude)  # fmaxf's reduction (aiter's HIP quant)
     amax = tl.reduce(magnitude, 2, _max_propagating_nan)
-    amax = tl.where(amax < FLOOR, FLOOR, amax)  # NaN stays NaN, as with torch's clamp_min
-    if INV_MAX > 0:
-        scale = amax * INV_MAX  # amax * fp32(1/max): aiter's HIP quant
+    amax = tl.where(amax < QUANT.FLOOR, QUANT.FLOOR, amax)  # NaN stays NaN, as with torch's clamp_min
+    if QUANT.INV_MAX > 0:
+        scale = amax * QUANT.INV_MAX  # amax * fp32(1/max): aiter's HIP quant
     else:
-        scale = tl.div_rn(amax, tl.full(amax.shape, FMT_MAX, tl.float32))
-    if MUL_RECIP:
+        scale = tl.div_rn(amax, tl.full(amax.shape, QUANT.FMT_MAX, tl.float32))
+    if QUANT.MUL_RECIP:
         inv = tl.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
         t = y * inv[:, :, None]
     else:
         t = tl.div_rn(y, tl.broadcast_to(scale[:, :, None], y.shape))
-    if CLAMP:
+    if QUANT.CLAMP:
         # comparisons, not min/max: NaN must pass through
-        t = tl.where(t > FMT_MAX, FMT_MAX, t)
-        t = tl.where(t < -FMT_MAX, -FMT_MAX, t)
-    tl.store(out_ptrs, _fp8_bytes(t, FNUZ, SOFT), mask=mask)
+        t = tl.where(t > QUANT.FMT_MAX, QUANT.FMT_MAX, t)
+        t = tl.where(t < -QUANT.FMT_MAX, -QUANT.FMT_MAX, t)
+    tl.store(out_ptrs, _fp8_bytes(t, QUANT.FNUZ, SOFT), mask=mask)
     scale_mask = (rows[:, None] < M) & (groups[None, :] < G)
     scale_offs = rows[:, None].to(tl.int64) * stride_sm + groups[None, :].to(tl.int64) * stride_sg
     _store_scales(scale_ptr + scale_offs, scale, scale_mask, SCALES_IN_PLACE)
-    if COUNT_OVF:
+    if QUANT.COUNT_OVF:
         # finite quotients the cast cannot represent (NaN on e4m3fnuz, saturated on e4m3fn)
         a = tl.abs(t)
-        beyond = a > OVF_AT
-        if OVF_TIE_UP:
-            beyond = a >= OVF_AT
+        beyond = a > QUANT.OVF_AT
+        if QUANT.OVF_TIE_UP:
+            beyond = a >= QUANT.OVF_AT
         hits = beyond & (a < float("inf")) & mask
         tl.atomic_add(ovf_ptr, tl.sum(hits.to(tl.int32), axis=None))
 
 
 @triton.jit
-def _q_rows(
-    pid,
-    q_ptr,
-    q_w_ptr,
-    res_ptr,
-    q_out_ptr,
-    scale_ptr,
-    unq_ptr,
-    res_out_ptr,
-    ovf_ptr,
-    M,
-    stride_q,
-    stride_res,
-    stride_sm,
-    stride_sg,
-    q_eps,
-    N1: tl.constexpr,
-    GS: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    NG: tl.constexpr,
-    HAS_RES: tl.constexpr,
-    HAS_UNQ: tl.constexpr,
-    GEMMA: tl.constexpr,
-    FNUZ: tl.constexpr,
-    FMT_MAX: tl.constexpr,
-    FLOOR: tl.constexpr,
-    MUL_RECIP: tl.constexpr,
-    CLAMP: tl.constexpr,
-    COUNT_OVF: tl.constexpr,
-    OVF_AT: tl.constexpr,
-    OVF_TIE_UP: tl.constexpr,
-    INV_MAX: tl.constexpr,
-    AMAX_DROPS_NAN: tl.constexpr,
-    SOFT: tl.constexpr,
-    SCALES_IN_PLACE: tl.constexpr,
-    SHORT_CHAIN: tl.constexpr,
-):
-    # (rows, groups, lanes) tiles: a group's amax is a reduction over the last axis, no reshapes
+def _group_tile(pid, M, N: tl.constexpr, GS: tl.constexpr, BLOCK_M: tl.constexpr, NG: tl.constexpr):
+    """A quant program's (rows, groups, lanes) tile - a group's amax is a reduction over the last axis, no
+    reshapes: (row indices, group indices, each lane's column, the rows as int64 offsets (they can pass
+    2^31 elements), the mask of the lanes inside (M, N))."""
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     groups = tl.arange(0, NG)
     cols = groups[None, :, None] * GS + tl.arange(0, GS)[None, None, :]
-    r3 = rows[:, None, None].to(tl.int64)  # row offsets can pass 2^31 elements
-    mask = (r3 < M) & (cols < N1)
-    s = _load_f32(q_ptr + r3 * stride_q + cols, mask, SOFT)
+    r = rows[:, None, None].to(tl.int64)
+    return rows, groups, cols, r, (r < M) & (cols < N)
+
+
+@triton.jit
+def _load_rows(x_ptr, res_ptr, res_out_ptr, r, cols, mask, stride_x, stride_res, N, HAS_RES: tl.constexpr, SOFT):
+    """Rows `r` (int64, broadcasting against `cols`) of x as fp32; with HAS_RES the residual's rows added
+    and the sum stored, rounded, to the contiguous res_out (N wide)."""
+    s = _load_f32(x_ptr + r * stride_x + cols, mask, SOFT)
     if HAS_RES:
-        s = s + _load_f32(res_ptr + r3 * stride_res + cols, mask, SOFT)
-        tl.store(res_out_ptr + r3 * N1 + cols, _round_to(s, res_out_ptr.dtype.element_ty, SOFT), mask=mask)
-    r, w = _inv_rms_and_weight(s, q_w_ptr + cols, cols < N1, N1, q_eps, 2, GEMMA, SOFT, SHORT_CHAIN)
-    y = (s * r[:, None, None]) * w
-    if HAS_UNQ:
-        tl.store(unq_ptr + r3 * N1 + cols, _round_to(y, unq_ptr.dtype.element_ty, SOFT), mask=mask)
-    _quantize_store(
-        y,
-        mask,
-        rows,
-        groups,
-        q_out_ptr + r3 * N1 + cols,
-        scale_ptr,
-        stride_sm,
-        stride_sg,
-        ovf_ptr,
-        M,
-        N1 // GS,
-        FNUZ,
-        FMT_MAX,
-        FLOOR,
-        MUL_RECIP,
-        CLAMP,
-        COUNT_OVF,
-        OVF_AT,
-        OVF_TIE_UP,
-        INV_MAX,
-        AMAX_DROPS_NAN,
-        SOFT,
-        SCALES_IN_PLACE,
-    )
+        s = s + _load_f32(res_ptr + r * stride_res + cols, mask, SOFT)
+        tl.store(res_out_ptr + r * N + cols, _round_to(s, res_out_ptr.dtype.element_ty, SOFT), mask=mask)
+    return s
 
 
 @triton.jit
@@ -328,12 +263,19 @@ def _norm_rows(
     GEMMA: tl.constexpr,
     SOFT: tl.constexpr,
     SHORT_CHAIN: tl.constexpr,
+    res_ptr=None,
+    res_out_ptr=None,
+    stride_res=0,
+    HAS_RES: tl.constexpr = False,
 ):
-    """Normalize rows of x into the contiguous out, rounded to out's dtype (k; the unfused q)."""
+    """Normalize rows of x (plus the residual: `_load_rows`) into the contiguous out, rounded to out's dtype
+    (k; the unfused q)."""
     rows = (pid * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
-    s = _load_f32(x_ptr + rows[:, None] * stride_x + cols[None, :], mask, SOFT)
+    s = _load_rows(
+        x_ptr, res_ptr, res_out_ptr, rows[:, None], cols[None, :], mask, stride_x, stride_res, N, HAS_RES, SOFT
+    )
     # The weights are (1, BLOCK_N), the row's layout: a 1-D vector would be moved into it through shared
     # memory.
     r, w = _inv_rms_and_weight(s, w_ptr + cols[None, :], cols[None, :] < N, N, eps, 1, GEMMA, SOFT, SHORT_CHAIN)
@@ -376,16 +318,7 @@ def fused_norm_quant_kernel(
     HAS_RES: tl.constexpr,
     HAS_UNQ: tl.constexpr,
     GEMMA: tl.constexpr,
-    FNUZ: tl.constexpr,
-    FMT_MAX: tl.constexpr,
-    FLOOR: tl.constexpr,
-    MUL_RECIP: tl.constexpr,
-    CLAMP: tl.constexpr,
-    COUNT_OVF: tl.constexpr,
-    OVF_AT: tl.constexpr,
-    OVF_TIE_UP: tl.constexpr,
-    INV_MAX: tl.constexpr,
-    AMAX_DROPS_NAN: tl.constexpr,
+    QUANT: tl.constexpr,
     SOFT: tl.constexpr,
     SCALES_IN_PLACE: tl.constexpr,
     K_WITH_Q: tl.constexpr,
@@ -401,43 +334,16 @@ def fused_norm_quant_kernel(
         run_q = tl.program_id(1) == 0
         run_k = tl.program_id(1) == 1  # axis 1 has size 2 only when there is a k
     if run_q:
-        _q_rows(
-            pid,
-            q_ptr,
-            q_w_ptr,
-            res_ptr,
-            q_out_ptr,
-            scale_ptr,
-            unq_ptr,
-            res_out_ptr,
-            ovf_ptr,
-            M,
-            stride_q,
-            stride_res,
-            stride_sm,
-            stride_sg,
-            q_eps,
-            N1,
-            GS,
-            BLOCK_M,
-            NG,
-            HAS_RES,
-            HAS_UNQ,
-            GEMMA,
-            FNUZ,
-            FMT_MAX,
-            FLOOR,
-            MUL_RECIP,
-            CLAMP,
-            COUNT_OVF,
-            OVF_AT,
-            OVF_TIE_UP,
-            INV_MAX,
-            AMAX_DROPS_NAN,
-            SOFT,
-            SCALES_IN_PLACE,
-            SHORT_CHAIN,
-        )
+        rows, groups, cols, r3, mask = _group_tile(pid, M, N1, GS, BLOCK_M, NG)
+        s = _load_rows(q_ptr, res_ptr, res_out_ptr, r3, cols, mask, stride_q, stride_res, N1, HAS_RES, SOFT)
+        r, w = _inv_rms_and_weight(s, q_w_ptr + cols, cols < N1, N1, q_eps, 2, GEMMA, SOFT, SHORT_CHAIN)
+        y = (s * r[:, None, None]) * w
+        if HAS_UNQ:
+            tl.store(unq_ptr + r3 * N1 + cols, _round_to(y, unq_ptr.dtype.element_ty, SOFT), mask=mask)
+        _quantize_store(
+            y, mask, rows, groups, q_out_ptr + r3 * N1 + cols, scale_ptr, stride_sm, stride_sg, ovf_ptr, M, N1 // GS,
+            QUANT, SOFT, SCALES_IN_PLACE,
+        )  # fmt: skip
     if HAS_K:
         if run_k:
             _norm_rows(
@@ -452,7 +358,7 @@ def rmsnorm_kernel(
     res_ptr,
     k_ptr,
     k_w_ptr,
-    q_out_ptr,
+    q_normed_ptr,
     res_out_ptr,
     k_out_ptr,
     M,
@@ -475,30 +381,13 @@ def rmsnorm_kernel(
     """The unfused path's first launch: q (plus residual) and k rows normalized and stored rounded."""
     pid = tl.program_id(0)
     if tl.program_id(1) == 0:
-        if HAS_RES:
-            # add the residual once, store the rounded sum, then normalize the fp32 sum
-            rows = (pid * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-            cols = tl.arange(0, BLOCK_N1)
-            mask = (rows[:, None] < M) & (cols[None, :] < N1)
-            offs = rows[:, None] * stride_q + cols[None, :]
-            s = _load_f32(q_ptr + offs, mask, SOFT)
-            s = s + _load_f32(res_ptr + rows[:, None] * stride_res + cols[None, :], mask, SOFT)
-            out_offs = rows[:, None] * N1 + cols[None, :]
-            tl.store(res_out_ptr + out_offs, _round_to(s, res_out_ptr.dtype.element_ty, SOFT), mask=mask)
-            r, w = _inv_rms_and_weight(
-                s, q_w_ptr + cols[None, :], cols[None, :] < N1, N1, q_eps, 1, GEMMA, SOFT, SHORT_CHAIN
-            )
-            y = (s * r[:, None]) * w
-            tl.store(q_out_ptr + out_offs, _round_to(y, q_out_ptr.dtype.element_ty, SOFT), mask=mask)
-        else:
-            _norm_rows(
-                pid, q_ptr, q_w_ptr, q_out_ptr, M, stride_q, q_eps, N1, BLOCK_M, BLOCK_N1, GEMMA, SOFT, SHORT_CHAIN
-            )
-    else:
-        if HAS_K:
-            _norm_rows(
-                pid, k_ptr, k_w_ptr, k_out_ptr, M, stride_k, k_eps, N2, BLOCK_M, BLOCK_N2, GEMMA, SOFT, SHORT_CHAIN
-            )
+        # the residual added once, the rounded sum stored, then the fp32 sum normalized
+        _norm_rows(
+            pid, q_ptr, q_w_ptr, q_normed_ptr, M, stride_q, q_eps, N1, BLOCK_M, BLOCK_N1, GEMMA, SOFT, SHORT_CHAIN,
+            res_ptr, res_out_ptr, stride_res, HAS_RES,
+        )  # fmt: skip
+    elif HAS_K:
+        _norm_rows(pid, k_ptr, k_w_ptr, k_out_ptr, M, stride_k, k_eps, N2, BLOCK_M, BLOCK_N2, GEMMA, SOFT, SHORT_CHAIN)
 
 
 @triton.jit
@@ -515,16 +404,7 @@ def group_quant_kernel(
     GS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     NG: tl.constexpr,
-    FNUZ: tl.constexpr,
-    FMT_MAX: tl.constexpr,
-    FLOOR: tl.constexpr,
-    MUL_RECIP: tl.constexpr,
-    CLAMP: tl.constexpr,
-    COUNT_OVF: tl.constexpr,
-    OVF_AT: tl.constexpr,
-    OVF_TIE_UP: tl.constexpr,
-    INV_MAX: tl.constexpr,
-    AMAX_DROPS_NAN: tl.constexpr,
+    QUANT: tl.constexpr,
     SOFT: tl.constexpr,
     SCALES_IN_PLACE: tl.constexpr,
 ):
@@ -536,30 +416,9 @@ def group_quant_kernel(
     mask = (r3 < M) & (cols < N)
     y = _load_f32(x_ptr + r3 * stride_x + cols, mask, SOFT)
     _quantize_store(
-        y,
-        mask,
-        rows,
-        groups,
-        out_ptr + r3 * N + cols,
-        scale_ptr,
-        stride_sm,
-        stride_sg,
-        ovf_ptr,
-        M,
-        N // GS,
-        FNUZ,
-        FMT_MAX,
-        FLOOR,
-        MUL_RECIP,
-        CLAMP,
-        COUNT_OVF,
-        OVF_AT,
-        OVF_TIE_UP,
-        INV_MAX,
-        AMAX_DROPS_NAN,
-        SOFT,
-        SCALES_IN_PLACE,
-    )
+        y, mask, rows, groups, out_ptr + r3 * N + cols, scale_ptr, stride_sm, stride_sg, ovf_ptr, M, N // GS,
+        QUANT, SOFT, SCALES_IN_PLACE,
+    )  # fmt: skip
 
 
 @triton.jit

@@ -98,6 +98,43 @@ def allocate_outputs(args: RowArgs, return_unquantized: bool) -> FusedOutputs:
     )
 
 
+def _row_launch(args: RowArgs) -> support.RowLaunch:
+    """The heuristic launch of a kernel over the rows of q and k."""
+    n2 = 0 if args.k is None else args.k.shape[1]
+    return support.launch_for(args.q.shape[0], (args.q.shape[1], n2), args.q.device)
+
+
+def _inputs(args: RowArgs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, q_weight, residual, k, k_weight), the norm kernels' first arguments; an absent tensor's place
+    holds q (or q's weight), which the kernel never reads there."""
+    q = args.q
+    res = q if args.residual is None else args.residual
+    k = q if args.k is None else args.k
+    return q, args.q_weight, res, k, args.q_weight if args.k_weight is None else args.k_weight
+
+
+def _soft(soft_cvt: bool | None) -> bool:
+    """The kernels' SOFT: forced by `soft_cvt`, else the integer conversions only under the interpreter."""
+    return support.interpreting() if soft_cvt is None else bool(soft_cvt)
+
+
+def _norm_constants(args: RowArgs, config: support.RowLaunch, soft_cvt: bool | None) -> dict:
+    """The compile-time constants (and warps) of the norm both kernels run over the q and k rows."""
+    n2 = 0 if args.k is None else args.k.shape[1]
+    return dict(
+        N1=args.q.shape[1],
+        N2=max(n2, 1),
+        BLOCK_M=config.block_m,
+        BLOCK_N2=support.next_pow2(max(n2, 1)),
+        HAS_K=args.k is not None,
+        HAS_RES=args.residual is not None,
+        GEMMA=args.gemma_norm,
+        SOFT=_soft(soft_cvt),
+        SHORT_CHAIN=config.short_chain,
+        num_warps=config.num_warps,
+    )
+
+
 def make_launch(
     args: RowArgs, outputs: FusedOutputs, config: support.RowLaunch | None = None, soft_cvt: bool | None = None
 ) -> Callable[[], None]:
@@ -110,26 +147,20 @@ def make_launch(
     check_supported(FUSED_OP, args)
     support.require_triton(FUSED_OP, args.q.device)
     module = support.kernels()
+    config = config or _row_launch(args)
     m, n1 = args.q.shape
-    n2 = 0 if args.k is None else args.k.shape[1]
     groups = n1 // args.group_size
-    if config is None:
-        config = support.launch_for(m, (n1, n2), args.q.device)
-    soft = support.interpreting() if soft_cvt is None else bool(soft_cvt)
     stride_sm, stride_sg = support.scale_strides(args.scale_layout, m, groups)
-    q = args.q
-    k = q if args.k is None else args.k  # placeholders for absent tensors are never read
-    k_w = args.q_weight if args.k_weight is None else args.k_weight
-    res = q if args.residual is None else args.residual
+    q, q_weight, res, k, k_weight = _inputs(args)
     placeholder = outputs.q_bytes
     ovf = outputs.overflow_counter if outputs.overflow_counter is not None else outputs.scale
     grid = (-(-m // config.block_m), 1 if args.k is None or config.k_with_q else 2)
     positional = (
         q,
-        args.q_weight,
+        q_weight,
         res,
         k,
-        k_w,
+        k_weight,
         outputs.q_bytes,
         outputs.scale,
         placeholder if outputs.q_unquantized is None else outputs.q_unquantized,
@@ -146,22 +177,13 @@ def make_launch(
         args.k_eps,
     )
     constants = dict(
-        N1=n1,
-        N2=max(n2, 1),
+        _norm_constants(args, config, soft_cvt),
         GS=args.group_size,
-        BLOCK_M=config.block_m,
         NG=support.next_pow2(groups),
-        BLOCK_N2=support.next_pow2(max(n2, 1)),
-        HAS_K=args.k is not None,
-        HAS_RES=args.residual is not None,
         HAS_UNQ=outputs.q_unquantized is not None,
-        GEMMA=args.gemma_norm,
-        SOFT=soft,
         SCALES_IN_PLACE=support.scales_in_place(args.q.device, config),
         K_WITH_Q=config.k_with_q,
-        SHORT_CHAIN=config.short_chain,
-        num_warps=config.num_warps,
-        **support.quant_constants(args.fmt, args.flavor).kwargs(),
+        QUANT=support.quant_constants(args.fmt, args.flavor),
     )
     kernel = module.fused_norm_quant_kernel
 
@@ -247,18 +269,15 @@ def make_norm_launch(
     """The RMSNorm launch (q, residual and k rows in one grid) as a zero-argument callable."""
     support.require_triton("rmsnorm (triton)", args.q.device)
     kernel = support.kernels().rmsnorm_kernel
-    m, n1 = args.q.shape
-    n2 = 0 if args.k is None else args.k.shape[1]
-    config = config or support.launch_for(m, (n1, n2), args.q.device)
-    q = args.q
-    k = q if args.k is None else args.k
-    res = q if args.residual is None else args.residual
+    config = config or _row_launch(args)
+    m = args.q.shape[0]
+    q, q_weight, res, k, k_weight = _inputs(args)
     positional = (
         q,
-        args.q_weight,
+        q_weight,
         res,
         k,
-        args.q_weight if args.k_weight is None else args.k_weight,
+        k_weight,
         out.q_normed,
         out.q_normed if out.residual_sum is None else out.residual_sum,
         out.q_normed if out.k_out is None else out.k_out,
@@ -269,19 +288,7 @@ def make_norm_launch(
         args.q_eps,
         args.k_eps,
     )
-    constants = dict(
-        N1=n1,
-        N2=max(n2, 1),
-        BLOCK_M=config.block_m,
-        BLOCK_N1=support.next_pow2(n1),
-        BLOCK_N2=support.next_pow2(max(n2, 1)),
-        HAS_K=args.k is not None,
-        HAS_RES=args.residual is not None,
-        GEMMA=args.gemma_norm,
-        SOFT=support.interpreting() if soft_cvt is None else bool(soft_cvt),
-        SHORT_CHAIN=config.short_chain,
-        num_warps=config.num_warps,
-    )
+    constants = dict(_norm_constants(args, config, soft_cvt), BLOCK_N1=support.next_pow2(args.q.shape[1]))
     grid = (-(-m // config.block_m), 1 if args.k is None else 2)
 
     def launch() -> None:
@@ -312,10 +319,10 @@ def make_quant_launch(
         GS=args.group_size,
         BLOCK_M=config.block_m,
         NG=support.next_pow2(groups),
-        SOFT=support.interpreting() if soft_cvt is None else bool(soft_cvt),
+        SOFT=_soft(soft_cvt),
         SCALES_IN_PLACE=support.scales_in_place(x.device, config),
         num_warps=config.num_warps,
-        **support.quant_constants(args.fmt, args.flavor).kwargs(),
+        QUANT=support.quant_constants(args.fmt, args.flavor),
     )
     grid = (-(-m // config.block_m),)
 

@@ -79,7 +79,7 @@ def kernels() -> ModuleType:
 
 @dataclass(frozen=True)
 class QuantConstants:
-    """A flavor's recipe for one fp8 format, as the kernels' compile-time constants."""
+    """A flavor's recipe for one fp8 format: the quant kernels' compile-time constant QUANT."""
 
     FNUZ: bool
     FMT_MAX: float
@@ -91,9 +91,6 @@ class QuantConstants:
     OVF_TIE_UP: bool
     INV_MAX: float  # > 0: the scale is amax * INV_MAX (fp32(1/max), the times_inverse_max rule)
     AMAX_DROPS_NAN: bool
-
-    def kwargs(self) -> dict:
-        return dict(self.__dict__)
 
 
 def quant_constants(fmt: Fp8Format, flavor: QuantFlavor) -> QuantConstants:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._checks import find
 from ...kernels import KernelChoice
 from ..diff import StepDiff, worst_step
 from ..tables import steps_frame
@@ -55,10 +56,7 @@ class RunReport:
         return worst_step(self.steps)
 
     def step(self, name: str) -> StepDiff:
-        for s in self.steps:
-            if s.name == name:
-                return s
-        raise KeyError(f"TP{self.tp} {self.mode}: no step {name!r}; steps: {[s.name for s in self.steps]}")
+        return find(self.steps, lambda s: s.name, name, f"TP{self.tp} {self.mode}: no step {name!r}", "steps:")
 
     @property
     def table(self):

@@ -6,74 +6,13 @@ steps, culprits with their remedies and known fixes, provenance (versions, weigh
 consulted) and what bisection cost. The report has no tensors and round-trips through JSON exactly
 (`to_dict`/`from_dict`), so a saved ``triage.json`` re-renders to the same HTML without re-running.
 
-JSON schema 6 (what `to_dict` writes)::
-
-  {"schema": 6,
-   "model", "platform", "scenario": str, "tokens": int, "device": "cpu"|"cuda", "seed": int|null,
-   "positions": {"start": int, "explicit": [int]|null}  (contiguous from start, or one per token),
-   "caveats": [{"kind": "indexer-not-modelled"|"tokens-above-index-topk"|"weights-quantized-here"
-                        |"tensors-ignored",
-                "tensors": [str], "index_topk": int|null, "tokens": int|null,
-                "recipe": {"flavor": str, "block": [int, int], "fmt": str, "ue8m0": bool}|null}],
-   "tp_sizes": [int], "modes": [str], "elapsed_s": float|null,
-   "provenance": Provenance.to_dict()|null  (versions, weights, scenario definition, thresholds,
-                 "tuned_table": TunedTable.source, "tuned_table_source": TableSource.to_dict()|null
-                 (origin embedded/files/env/installed-aiter, files, aiter version or commit), "created"),
-   "bisection": {"trials", "runs", "reused", "skipped": int, "elapsed_s": float}|null,
-   "runs": [{"tp": int, "mode": str, "verdict": "ok"|"diverged", "first_divergent_step": str|null,
-             "kernels": {linear: choice},
-             "steps": [{"name": str, "kernel", "reference_kernel": str|null, "selection": choice|null,
-                        "scale_layout": {"written": layout, "read_as": layout|null}|null,
-                        "weight_layout": {"transforms": [{"kind": "shuffle"|"pad_k", "by": str,
-                                          "layout": [int, int]|null, "pad_k_to": int|null}]}|null,
-                        "violations": [violation],
-                        "rel_err", "max_abs", "cosine", "snr_db": number,
-                        "floor", "threshold": number|null, "diverged": bool, "classification": str,
-                        "stats": {"amax": number, "nan": int, "inf": int}|null}]}],
-   "block_errors": [{"tp": int, "mode": str, "step": str, "shape": [int], "block": int,
-                     "errors": [[number]]  (tokens x blocks)}],
-   "culprits": [Culprit.to_dict(): {"tp", "mode", "step", "layer", "change", "explanation",
-                "changes": [change], "code_fixes": [remedy], "workarounds": [remedy],
-                "known_fix": {"scenario", "upstream": str, "restores": bool}|null,
-                "violations": [violation], "trials": int}],
-   "culprit_groups": [{"configs": [[tp, mode]], "culprits": [index into "culprits"]}],
-   "unresolved": [[tp, mode]],
-   "patching": [{"tp": int, "mode": str,  (one per diverged configuration checked by activation patching)
-                 "attempts": [{"tp": int, "mode": str, "scenario", "reference": str, "steps": [str],
-                               "verdict": "restored"|"not-restored"|"not-patchable",
-                               "patched", "downstream": [recovery], "factor", "min_threshold": float}]}],
-   "profile": {"platform": str,  (how an engine profile was resolved; null for any other scenario)
-               "engine": {"name", "version": str}|null,
-               "settings": [{"name", "kind": "env"|"arg"|"fact", "value", "default": str, "source": source|null}],
-               "rules": [{"id", "says": str, "source": source|null}]  (the rules that applied, in order)}|null}
-
-  choice = {"kernel": str, "reason": str, "override": bool,
-            "skipped": [{"kernel": str, "disabled": bool, "reason": str|null}]}
-  layout = "row_major"|"col_major"|"col_major_strided"
-  number = a JSON number, or "nan", "inf", "-inf" (JSON has no spelling for those)
-  change = {"kind": "kernel-to-reference"|"honour-flags"|"behaviour"|"disable-kernel"|"set-setting",
-            "target": str, "description": str, "setting": str|null, "remedy": "code-fix"|"workaround",
-            "value": str  (only for "set-setting": the setting's new value)}
-  remedy = {"kind": "code-fix"|"workaround", "description": str, "setting": str|null, "changes": [change]}
-  recovery = {"name": str, "index": int, "rel_err_before", "rel_err_after": number,
-              "floor", "threshold": number|null, "diverged_before", "diverged_after": bool}
-  source = {"package", "version", "file", "function": str}
-  violation = {"kind": str, "consumer", "module", "operand": str, "expected": value|null, "found": value,
-               "effective": bool, "rows", "groups": int|null}
-  value = {"type": "scale", "layout": layout} | {"type": "weight", "layout": [int, int]|null, "direct": bool}
-          | {"type": "weight-history", "transforms": [...]} | {"type": "consumers", "orders": [[str, layout]]}
-
-Files of schema 1 and 2 load too (`legacy.upgrade`): their layouts and kernel reasons were sentences,
-read back into the typed values; they carry no block errors, and a report drawn from them says so.
-"patching" (`triage.patching.PatchConfirmation` per configuration, attempts in order) joined schema 3
-later as a key of its own: a file without it - any schema 1 or 2 file, a schema 3 file written before,
-or a triage run with ``patching=False`` - loads with no confirmations, and a report drawn from it says
-that patching was not recorded. Schema 4 added "profile" (and the "set-setting" change); a file of an
-earlier schema loads with no profile. Schema 5 added "positions" and "caveats" (`triage.positions`,
-`triage.caveats`): before it every triage started at position 0, so an older file loads with
-positions from 0, and with no caveats - its report says they were not recorded. Schema 6 keeps a broken
-contract's layouts as typed values (`layouts.ContractViolation.to_dict`); files of schemas 3 to 5 spelled
-them as sentences, which read back into the same values.
+`to_dict` writes schema 6, whose keys docs/triage.md lists ("The saved report"). Files of every older
+schema load, keeping what they hold, and a report drawn from one says what was not recorded: schemas 1 and
+2 (`legacy.upgrade`) spelled layouts and kernel reasons as sentences and hold no block errors; "patching"
+(`triage.patching.PatchConfirmation` per configuration) joined schema 3 as a key of its own, "profile" (and
+the "set-setting" change) schema 4, "positions" and "caveats" schema 5 (an older file starts at position 0
+and records no caveats), typed contract layouts (`layouts.ContractViolation.to_dict`) schema 6 - schemas 3
+to 5 spelled them as sentences, which read back into the same values.
 """
 
 from __future__ import annotations
@@ -81,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._checks import find
 from ..._json_numbers import float_from_json, float_to_json
 from ...scenarios import Resolution
 from ..bisection import BisectStats, Culprit, CulpritGroup, group_culprits
@@ -144,10 +84,7 @@ class TriageReport:
 
     # -- what a reader looks up --------------------------------------------------------------------
     def run(self, tp: int, mode: str) -> RunReport:
-        for r in self.runs:
-            if r.tp == tp and r.mode == mode:
-                return r
-        raise KeyError(f"no run at TP{tp} {mode}; have {[(r.tp, r.mode) for r in self.runs]}")
+        return find(self.runs, lambda r: (r.tp, r.mode), (tp, mode), f"no run at TP{tp} {mode}", "have")
 
     @property
     def caveats_recorded(self) -> bool:
