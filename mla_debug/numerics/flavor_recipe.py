@@ -10,7 +10,7 @@ and `flavors` / `engine_flavors` name the recipes of aiter, vLLM, SGLang and Dee
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .formats import E4M3FNUZ, Fp8Format
 
@@ -110,3 +110,9 @@ class QuantFlavor:
         if fmt == E4M3FNUZ and self.fnuz_max is not None:
             return self.fnuz_max
         return fmt.max
+
+
+def recipe(name: str, owner: str, amax_floor: float, **choices: Any) -> QuantFlavor:
+    """A flavor whose group and block quantizers floor amax alike (every named flavor but ``vllm``);
+    ``choices`` are QuantFlavor's other fields, by name."""
+    return QuantFlavor(name=name, owner=owner, group_amax_floor=amax_floor, block_amax_floor=amax_floor, **choices)
