@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
         "report",
         run,
         "show a saved triage (triage --json) again: summary, culprits, patching checks, and its HTML report",
-        "Read a triage saved as JSON (`triage --json`, `TriageResult.to_json`; schemas 1 to 5), print its summary "
+        "Read a triage saved as JSON (`triage --json`, `TriageResult.to_json`; schemas 1 to 6), print its summary "
         "table, culprits and activation-patching checks, and with --html draw its self-contained HTML report again "
         "- the same report the triage wrote, made without re-running anything. Reports of older schemas keep less "
         "(no block heatmaps or patching checks, schema 1 no provenance); the HTML says what is missing.",

@@ -2,7 +2,7 @@
 
 report = result.report()              # a live TriageResult's report
 write_json(report, "triage.json")     # result.to_json("triage.json") does the same
-report = load_triage("triage.json")   # schema 1 to 5; the same report, nothing re-run
+report = load_triage("triage.json")   # schema 1 to 6; the same report, nothing re-run
 """
 
 from .block_errors import BlockErrors

@@ -17,7 +17,7 @@ def write_json(report: TriageReport, path: str | os.PathLike) -> Path:
 
 
 def load_triage(path: str | os.PathLike) -> TriageReport:
-    """A triage report written by `TriageResult.to_json` / `mla-debug triage --json` (schema 1 to 5), as
+    """A triage report written by `TriageResult.to_json` / `mla-debug triage --json` (schema 1 to 6), as
     a TriageReport - without re-running anything.
 
     Raises FileNotFoundError for a missing file and ValueError, naming the file, for one that is not

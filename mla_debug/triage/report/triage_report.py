@@ -188,7 +188,7 @@ class TriageReport:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TriageReport:
-        """A report from JSON data of schema 1 to 5. ValueError for anything else, saying why."""
+        """A report from JSON data of schema 1 to 6 (READABLE_SCHEMAS). ValueError for anything else, saying why."""
         from .legacy import upgrade
 
         if not isinstance(data, dict) or "runs" not in data or "model" not in data:
