@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from .._memory import return_freed_memory
 from ..kernels import KernelChoice, KernelPolicy, TunedTable
 from ..model.linear import QuantizedLinear
 from ..model.records import StepRecord
@@ -250,13 +251,20 @@ class CachedExecutor:
         return {name: (kernel, model_side) for name, (kernel, model_side, _) in self.selection(scen, tp).items()}
 
     # -- running -------------------------------------------------------------------------------------
+    @property
+    def loaded_tp_sizes(self) -> frozenset[int]:
+        """The TP sizes whose linears are loaded now (at most one: see the class docstring)."""
+        return frozenset(key.tp for key in self._linears)
+
     def focus(self, tp: int) -> None:
-        """Keep the loaded linears of `tp` only (see the class docstring)."""
+        """Keep the loaded linears of `tp` only (see the class docstring), and give the memory of the
+        others back to the operating system: without the trim, glibc keeps most of it resident."""
         if self._focus == tp:
             return
         self._focus = tp
         for key in [key for key in self._linears if key.tp != tp]:
             del self._linears[key], self._weights[key]
+        return_freed_memory()
 
     def run(
         self,
