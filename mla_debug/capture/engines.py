@@ -48,23 +48,13 @@ from typing import Any
 
 from ..model import MLAConfig
 from .recorder import LayerCapture
+from .workers import vllm_rank
 
 # The worker attribute that holds the open captures (by out folder) between start and finish.
 VLLM_WORKER_ATTR = "_mla_debug_captures"
 VLLM_MAP, VLLM_CPU_MAP, SGLANG_MAP = "vllm-0.33", "vllm-0.32-cpu", "sglang-0.5.23"
 VLLM_EXTENSION = "mla_debug.capture.engines.VllmCaptureExtension"
 SGLANG_HOOK_FACTORY = "mla_debug.capture.engines:sglang_hook_factory"
-
-
-def _vllm_rank(worker: Any) -> tuple[int, int]:
-    parallel = worker.parallel_config
-    if getattr(parallel, "pipeline_parallel_size", 1) != 1:
-        raise ValueError(
-            f"vllm_start_capture: pipeline_parallel_size={parallel.pipeline_parallel_size}; the recipe knows "
-            "tensor parallelism only (the layer lives on one pipeline stage)"
-        )
-    tp_size = int(parallel.tensor_parallel_size)
-    return int(worker.rank) % tp_size, tp_size
 
 
 def vllm_map_key() -> str:
@@ -92,7 +82,9 @@ def vllm_start_capture(worker: Any, out: str, layer: int, **options: Any) -> str
         setattr(worker, VLLM_WORKER_ATTR, captures)
     if str(out) in captures:
         raise RuntimeError(f"vllm_start_capture: a capture into {out} is already open on this worker; finish it first")
-    rank, tp_size = _vllm_rank(worker)
+    rank, tp_size = vllm_rank(
+        worker, "vllm_start_capture", "the recipe knows tensor parallelism only (the layer lives on one pipeline stage)"
+    )
     if "names" not in options:
         options["names"] = vllm_map_key()
     model = worker.model_runner.get_model()

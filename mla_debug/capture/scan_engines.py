@@ -20,20 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from .scan import ModelScan
+from .workers import vllm_rank
 
 # The worker attribute that holds an open scan between vllm_start_scan and vllm_finish_scan.
 VLLM_WORKER_ATTR = "_mla_debug_scan"
-
-
-def _vllm_rank(worker: Any) -> tuple[int, int]:
-    parallel = worker.parallel_config
-    if getattr(parallel, "pipeline_parallel_size", 1) != 1:
-        raise ValueError(
-            f"vllm_start_scan: pipeline_parallel_size={parallel.pipeline_parallel_size}; the scan knows tensor "
-            "parallelism only (each pipeline stage holds other layers)"
-        )
-    tp_size = int(parallel.tensor_parallel_size)
-    return int(worker.rank) % tp_size, tp_size
 
 
 def vllm_start_scan(worker: Any, out: str, **options: Any) -> str:
@@ -41,7 +31,9 @@ def vllm_start_scan(worker: Any, out: str, **options: Any) -> str:
     rank folder it will write. Options are `ModelScan`'s (tokens, max_tokens, columns, rows, layers, note)."""
     if getattr(worker, VLLM_WORKER_ATTR, None) is not None:
         raise RuntimeError("vllm_start_scan: a scan is already open on this worker; finish it first")
-    rank, tp_size = _vllm_rank(worker)
+    rank, tp_size = vllm_rank(
+        worker, "vllm_start_scan", "the scan knows tensor parallelism only (each pipeline stage holds other layers)"
+    )
     options.setdefault("engine", "vllm")
     scan = ModelScan(worker.model_runner.get_model(), out, rank=rank, tp_size=tp_size, **options)
     scan.__enter__()
