@@ -46,8 +46,9 @@ from ..layouts import ScaleLayout, VerdictKind, compare_tensor, identify_scale_l
 from ..layouts.scale_layout import scale_memory
 from ..model import Checkpoint
 from ..model.records import StepRecord
-from ..numerics import cosine, max_abs, rel_l2, snr_db
+from ..numerics import rel_l2
 from ..verdict import step_verdict
+from ..verdict.measures import closeness, measures_from_json, measures_to_json
 from .document import JsonDocument, check_document
 from .inherited import InputDifference, inherited_deltas, input_difference
 from .truth import Truth, TruthSource
@@ -233,12 +234,7 @@ class StepComparison:
             "rel_err": float_to_json(self.rel_err),
             "inherited": float_to_json(self.inherited),
             "residual": float_to_json(self.residual),
-            "max_abs": float_to_json(self.max_abs),
-            "cosine": float_to_json(self.cosine),
-            "snr_db": float_to_json(self.snr_db),
-            "floor": float_to_json(self.floor),
-            "threshold": float_to_json(self.threshold),
-            "diverged": self.diverged,
+            **measures_to_json(self),
             "rank_errors": [float_to_json(e) for e in self.rank_errors],
             "rank_errors_a": [float_to_json(e) for e in self.rank_errors_a],
             "shape_a": list(self.shape_a),
@@ -258,8 +254,8 @@ class StepComparison:
                 math.nan if (v := float_from_json(e, f"step {step}: {key}")) is None else v for e in data.get(key, ())
             )
 
-        status, diverged = StepStatus(data["status"]), bool(data.get("diverged", False))
-        threshold = float_from_json(data.get("threshold"), f"step {step}: threshold")
+        status, measures = StepStatus(data["status"]), measures_from_json(data, f"step {step}")
+        diverged, threshold = measures["diverged"], measures["threshold"]
         verdict = data.get("verdict")
         if "verdict" not in data and status is StepStatus.COMPARED:  # schema 1: judged on rel_err, inputs assumed equal
             verdict = (
@@ -270,12 +266,7 @@ class StepComparison:
             step=step,
             status=status,
             rel_err=number("rel_err"),
-            max_abs=number("max_abs"),
-            cosine=number("cosine"),
-            snr_db=number("snr_db"),
-            floor=float_from_json(data.get("floor"), f"step {step}: floor"),
-            threshold=threshold,
-            diverged=diverged,
+            **measures,
             rank_errors=errors("rank_errors"),
             shape_a=tuple(data.get("shape_a", ())),
             shape_b=tuple(data.get("shape_b", ())),
@@ -704,9 +695,7 @@ def compare_step(
         step=step,
         status=StepStatus.COMPARED,
         rel_err=err,
-        max_abs=max_abs(out_b, out_a),
-        cosine=cosine(out_b, out_a),
-        snr_db=snr_db(out_b, out_a),
+        **closeness(out_b, out_a),
         floor=step_floor,
         threshold=limit,
         diverged=diverged,

@@ -14,7 +14,7 @@ from ..kernels import KernelChoice
 from ..layouts import ContractViolation, ScaleRead, ViolationKind, WeightLayout
 from ..model.program import STEP_LINEARS
 from ..model.records import StepStats
-from ..numerics import cosine, max_abs, snr_db
+from ..verdict.measures import closeness, measures_from_json, measures_to_json
 from ..verdict.rule import DIVERGENCE_FACTOR, verdict_of
 
 # What each broken contract means, in words (the classification of a divergent step).
@@ -71,12 +71,7 @@ class StepDiff:
             "weight_layout": self.weight_layout.to_dict() if self.weight_layout is not None else None,
             "violations": [v.to_dict() for v in self.violations],
             "rel_err": float_to_json(self.rel_err),
-            "max_abs": float_to_json(self.max_abs),
-            "cosine": float_to_json(self.cosine),
-            "snr_db": float_to_json(self.snr_db),
-            "floor": float_to_json(self.floor),
-            "threshold": float_to_json(self.threshold),
-            "diverged": self.diverged,
+            **measures_to_json(self),
             "classification": self.classification,
             "stats": None if stats is None else {"amax": float_to_json(stats.amax), "nan": stats.nan, "inf": stats.inf},
         }
@@ -100,12 +95,7 @@ class StepDiff:
             weight_layout=WeightLayout.from_dict(weight) if weight is not None else None,
             violations=[ContractViolation.from_dict(v) for v in data.get("violations", [])],
             rel_err=number("rel_err"),
-            max_abs=number("max_abs"),
-            cosine=number("cosine"),
-            snr_db=number("snr_db"),
-            floor=float_from_json(data.get("floor"), f"step {name}: floor"),
-            threshold=float_from_json(data.get("threshold"), f"step {name}: threshold"),
-            diverged=bool(data.get("diverged", False)),
+            **measures_from_json(data, f"step {name}"),
             classification=str(data.get("classification", "")),
             stats=None if stats is None else _stats_from_json(stats, name),
         )
@@ -194,9 +184,7 @@ def compare(run, reference, floor: dict[str, float] | None = None, factor: float
                 weight_layout=record.weight_layout,
                 violations=list(record.violations),
                 rel_err=err,
-                max_abs=max_abs(a, b),
-                cosine=cosine(a, b),
-                snr_db=snr_db(a, b),
+                **closeness(a, b),
                 floor=step_floor,
                 threshold=limit,
                 diverged=diverged,
