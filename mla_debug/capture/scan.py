@@ -53,6 +53,11 @@ def _tensor(value: Any) -> torch.Tensor | None:
     return found if isinstance(value, torch.Tensor) else None
 
 
+def _first_tensor(output: Any) -> torch.Tensor | None:
+    """A module's output tensor: the output itself, or the first item of a tuple or list."""
+    return _tensor(output[0] if isinstance(output, (tuple, list)) and output else output)
+
+
 def checksum(x: torch.Tensor) -> str:
     """A digest of `x`'s bytes in row-major order: the plain and the position-weighted sum of its
     elements read as integers, modulo 2^64 (integer sums are exact in any order, so two devices agree)."""
@@ -159,8 +164,10 @@ class ModelScan:
             self._handles.append(layer.register_forward_pre_hook(self._layer_pre(i), with_kwargs=True))
             self._handles.append(layer.register_forward_hook(self._layer_post(i)))
             attention = self.attention[i]
-            self._handles.append(attention.register_forward_pre_hook(self._attention_pre(i), with_kwargs=True))
-            self._handles.append(attention.register_forward_hook(self._attention_post(i)))
+            pre = self._attention_hook(i, ScanStep.ATTN_INPUT, self._attention_input)
+            self._handles.append(attention.register_forward_pre_hook(pre, with_kwargs=True))
+            post = self._attention_hook(i, ScanStep.ATTN_OUTPUT, self._attention_output)
+            self._handles.append(attention.register_forward_hook(post))
         return self
 
     def _layer_pre(self, index: int):
@@ -198,7 +205,7 @@ class ModelScan:
                 stream = hidden if residual is None else hidden.float() + residual.float()
                 dtype = hidden.dtype
             else:
-                stream = _tensor(output[0] if isinstance(output, (tuple, list)) and output else output)
+                stream = _first_tensor(output)
                 dtype = stream.dtype if stream is not None else None
             if stream is None:
                 raise ValueError(f"scan: {self.prefix}.{index} returned no tensor ({type(output).__name__})")
@@ -207,33 +214,35 @@ class ModelScan:
 
         return hook
 
-    def _attention_pre(self, index: int):
-        def hook(module, args, kwargs):
-            if self._inside != index or (index, ScanStep.ATTN_INPUT) in self.summaries:
+    def _attention_hook(self, index: int, step: ScanStep, read):
+        """A hook on layer `index`'s attention that summarizes `step` once, on the first attention call
+        inside the layer's scanned call; `read(index, args, last)` gives the tensor and its shard, or None."""
+
+        def hook(module, args, last):
+            if self._inside != index or (index, step) in self.summaries:
                 return None
-            hidden = _tensor(argument_value(self.name_map.hidden_arg, args, kwargs))
-            if hidden is None:
-                raise ValueError(
-                    f"scan: the call of {self.prefix}.{index}.{self.name_map.attention_attr} has no hidden states "
-                    f"(argument {self.name_map.hidden_arg})"
-                )
-            self._summarize(index, ScanStep.ATTN_INPUT, hidden, hidden.dtype, Shard.REPLICATED)
+            found = read(index, args, last)
+            if found is not None:
+                value, shard = found
+                self._summarize(index, step, value, value.dtype, shard)
             return None
 
         return hook
 
-    def _attention_post(self, index: int):
-        def hook(module, args, output):
-            if self._inside != index or (index, ScanStep.ATTN_OUTPUT) in self.summaries:
-                return None
-            value = _tensor(output[0] if isinstance(output, (tuple, list)) and output else output)
-            if value is None:
-                return None
-            shard = Shard.REPLICATED if self.name_map.row_output_reduced or self.tp_size == 1 else Shard.PARTIAL_SUM
-            self._summarize(index, ScanStep.ATTN_OUTPUT, value, value.dtype, shard)
-            return None
+    def _attention_input(self, index: int, args, kwargs) -> tuple[torch.Tensor, Shard]:
+        hidden = _tensor(argument_value(self.name_map.hidden_arg, args, kwargs))
+        if hidden is None:
+            raise ValueError(
+                f"scan: the call of {self.prefix}.{index}.{self.name_map.attention_attr} has no hidden states "
+                f"(argument {self.name_map.hidden_arg})"
+            )
+        return hidden, Shard.REPLICATED
 
-        return hook
+    def _attention_output(self, index: int, args, output) -> tuple[torch.Tensor, Shard] | None:
+        value = _first_tensor(output)
+        if value is None:
+            return None
+        return value, Shard.REPLICATED if self.name_map.row_output_reduced or self.tp_size == 1 else Shard.PARTIAL_SUM
 
     # -- summaries -----------------------------------------------------------------------------------
     def _choose(self, rows_total: int, features: int) -> None:
