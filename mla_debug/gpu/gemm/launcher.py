@@ -549,15 +549,23 @@ def triton_block_scaled_mm(
         SHUFFLED=shuffled,
         FNUZ=fnuz,
         EXACT_FP32_DOT=triton_env.interpreting(),
+        **tile_constants(cfg),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return out
+
+
+def tile_constants(cfg: LaunchConfig) -> dict[str, int | bool]:
+    """The compile-time tiling arguments the Triton kernel and the Gluon kernel share: the split of K, the
+    staggered K start, the tile and the tile grouping."""
+    return dict(
         SPLIT_K=cfg.split_k,
         STAGGER=cfg.stagger,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         GROUP_M=cfg.group_m,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
     )
-    return out
 
 
 def gluon_constants(cfg: LaunchConfig, k: int, shuffled: bool = True) -> dict[str, int | bool]:
@@ -565,11 +573,7 @@ def gluon_constants(cfg: LaunchConfig, k: int, shuffled: bool = True) -> dict[st
     return dict(
         SHUFFLED=shuffled,
         OVERLAP=cfg.overlap and overlap_fits(cfg, k),
-        SPLIT_K=cfg.split_k,
-        STAGGER=cfg.stagger,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        GROUP_M=cfg.group_m,
+        **tile_constants(cfg),
         STAGES=cfg.num_stages,
         W_WARPS_N=min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND),
     )
