@@ -18,6 +18,17 @@ from .weight_layout import WeightLayout, WeightTransform
 from .weight_shuffle import ShuffleLayout, shuffle_weight
 
 
+def _require_2d_fp8(what: str, data: torch.Tensor, scale: torch.Tensor, fmt: Fp8Format, dims: str) -> None:
+    """What a quantized activation and a quantized weight both hold to: 2-D fp8 bytes of `fmt` (`dims`
+    names the axes) and an fp32 scale."""
+    if format_of(data, f"{what} data") != fmt:
+        raise TypeError(f"{what} data: dtype {data.dtype} does not match format {fmt.name}")
+    if data.dim() != 2:
+        raise ValueError(f"{what} data: {describe(data)} must be 2-D {dims}")
+    if scale.dtype != torch.float32:
+        raise TypeError(f"{what} scale: {describe(scale)} must be float32")
+
+
 @dataclass
 class QuantizedActivation:
     """Per-1xgroup quantized activation (M, K).
@@ -43,15 +54,10 @@ class QuantizedActivation:
         self.fmt = fp8_format(self.fmt)
         if self.group_size <= 0:
             raise ValueError(f"activation: group_size={self.group_size} must be positive")
-        if format_of(self.data, "activation data") != self.fmt:
-            raise TypeError(f"activation data: dtype {self.data.dtype} does not match format {self.fmt.name}")
-        if self.data.dim() != 2:
-            raise ValueError(f"activation data: {describe(self.data)} must be 2-D (M, K)")
+        _require_2d_fp8("activation", self.data, self.scale, self.fmt, "(M, K)")
         m, k = self.data.shape
         if k % self.group_size:
             raise ValueError(f"activation data: K={k} is not a multiple of group_size {self.group_size}")
-        if self.scale.dtype != torch.float32:
-            raise TypeError(f"activation scale: {describe(self.scale)} must be float32")
         if tuple(self.scale.shape) != (m, k // self.group_size):
             raise ValueError(
                 f"activation scale: {describe(self.scale)} must have shape (M, K/{self.group_size}) = "
@@ -100,12 +106,7 @@ class QuantizedWeight:
         require_tensor("weight data", self.data)
         require_tensor("weight scale", self.scale)
         self.fmt = fp8_format(self.fmt)
-        if format_of(self.data, "weight data") != self.fmt:
-            raise TypeError(f"weight data: dtype {self.data.dtype} does not match format {self.fmt.name}")
-        if self.data.dim() != 2:
-            raise ValueError(f"weight data: {describe(self.data)} must be 2-D (N, K)")
-        if self.scale.dtype != torch.float32:
-            raise TypeError(f"weight scale: {describe(self.scale)} must be float32")
+        _require_2d_fp8("weight", self.data, self.scale, self.fmt, "(N, K)")
         n, k = self.n, self.k
         bn, bk = self.block
         expected = (-(-n // bn), -(-k // bk))
