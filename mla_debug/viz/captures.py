@@ -249,9 +249,13 @@ def _input_words(e: StepExplanation) -> str:
 
 # Where a diverged step's divergence came from, in words; {input} names the step's input (`_input_words`).
 _SOURCE_WORDS = {
-    DivergenceSource.LAYER_INPUT: " - it differs from the other side only by what the layer input's difference explains",
+    DivergenceSource.LAYER_INPUT: (
+        " - it differs from the other side only by what the layer input's difference explains"
+    ),
     DivergenceSource.EARLIER_STEP: " - its divergence comes from {input}",
-    DivergenceSource.OTHER_SIDE: " - {input} agrees between the sides (its difference taken away), so the divergence is the other side's",
+    DivergenceSource.OTHER_SIDE: (
+        " - {input} agrees between the sides (its difference taken away), so the divergence is the other side's"
+    ),
     DivergenceSource.UNKNOWN: " - its divergence comes from {input} (not compared) or from the other side",
 }
 
