@@ -29,6 +29,7 @@ from ..._checks import describe, is_dense
 from ...layouts import ScaleLayout
 from ...numerics import E4M3FN, E4M3FNUZ, Fp8Format
 from .. import triton_env
+from ..launch_names import launch_name
 
 BLOCK = 128
 SHUFFLE_BAND = 16
@@ -60,13 +61,13 @@ class LaunchConfig:
     tma_store: bool = False
 
     def __str__(self) -> str:
-        return (
-            f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}-g{self.group_m}-sk{self.split_k}"
-            + ("" if self.stagger else "-nostagger")
-            + ("-overlap" if self.overlap else "")
-            + ("-persistent" if self.persistent else "")
-            + ("-specialized" if self.specialized else "")
-            + ("-tmastore" if self.tma_store else "")
+        return launch_name(
+            f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}-g{self.group_m}-sk{self.split_k}",
+            (not self.stagger, "-nostagger"),
+            (self.overlap, "-overlap"),
+            (self.persistent, "-persistent"),
+            (self.specialized, "-specialized"),
+            (self.tma_store, "-tmastore"),
         )
 
 
