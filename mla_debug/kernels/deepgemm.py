@@ -91,16 +91,15 @@ class DeepGemmKernel(Kernel):
         follow_scale_fmt: bool = False,
     ) -> None:
         super().__init__(flavor=flavor)
-        if not isinstance(ue8m0, bool):
-            raise TypeError(f"kernel {self.name!r}: ue8m0 must be true or false, got {ue8m0!r}")
+        for flag, value in (("ue8m0", ue8m0), ("follow_scale_fmt", follow_scale_fmt)):
+            if not isinstance(value, bool):
+                raise TypeError(f"kernel {self.name!r}: {flag} must be true or false, got {value!r}")
         if packed is not None and not isinstance(packed, bool):
             raise TypeError(f"kernel {self.name!r}: packed must be true, false or null (as the platform says)")
         if packed and not ue8m0:
             raise ValueError(f"kernel {self.name!r}: packed scales hold ue8m0 exponents; they need ue8m0=True")
         if requant not in RECIPES:
             raise ValueError(f"kernel {self.name!r}: requant {requant!r} is not one of {', '.join(RECIPES)}")
-        if not isinstance(follow_scale_fmt, bool):
-            raise TypeError(f"kernel {self.name!r}: follow_scale_fmt must be true or false, got {follow_scale_fmt!r}")
         self.ue8m0 = ue8m0
         self.follow_scale_fmt = follow_scale_fmt
         self.packed = packed

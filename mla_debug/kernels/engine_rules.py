@@ -99,9 +99,9 @@ def sglang_triton_check(plat: Platform, n: int, k: int) -> Check:
     """SGLang 0.5.23's Triton shapes on gfx95."""
     if plat.arch != SGLANG_GFX95:
         return Check(False, f"{_SGLANG_FP8}: the hard-coded Triton shapes apply on gfx95, not {plat.arch}")
-    if (n, k) in SGLANG_TRITON_SHAPES:
-        return Check(True, f"{_SGLANG_FP8} use_aiter_triton_gemm_w8a8_tuned_gfx950 lists (N={n}, K={k})")
-    return Check(False, f"{_SGLANG_FP8} use_aiter_triton_gemm_w8a8_tuned_gfx950 does not list (N={n}, K={k})")
+    listed = (n, k) in SGLANG_TRITON_SHAPES
+    verb = "lists" if listed else "does not list"
+    return Check(listed, f"{_SGLANG_FP8} use_aiter_triton_gemm_w8a8_tuned_gfx950 {verb} (N={n}, K={k})")
 
 
 def sglang_bpreshuffle_check(plat: Platform, n: int, k: int) -> Check:

@@ -18,6 +18,27 @@ from .weight_layout import WeightLayout, WeightTransform
 from .weight_shuffle import ShuffleLayout, shuffle_weight
 
 
+def _checked_fp8(what: str, data: torch.Tensor, scale: torch.Tensor, fmt: Fp8Format | str, dims: str) -> Fp8Format:
+    """What a quantized activation and a quantized weight both hold to: 2-D fp8 bytes of `fmt` (`dims`
+    names the axes) and an fp32 scale. Returns the format, parsed."""
+    require_tensor(f"{what} data", data)
+    require_tensor(f"{what} scale", scale)
+    fmt = fp8_format(fmt)
+    if format_of(data, f"{what} data") != fmt:
+        raise TypeError(f"{what} data: dtype {data.dtype} does not match format {fmt.name}")
+    if data.dim() != 2:
+        raise ValueError(f"{what} data: {describe(data)} must be 2-D {dims}")
+    if scale.dtype != torch.float32:
+        raise TypeError(f"{what} scale: {describe(scale)} must be float32")
+    return fmt
+
+
+def _require_scale_shape(what: str, scale: torch.Tensor, expected: tuple[int, int], rule: str, of: str) -> None:
+    """The scale's shape is `expected`, the `rule` (in words) applied to the data's shape (`of`)."""
+    if tuple(scale.shape) != expected:
+        raise ValueError(f"{what} scale: {describe(scale)} must have shape {rule} = {expected} for {of}")
+
+
 @dataclass
 class QuantizedActivation:
     """Per-1xgroup quantized activation (M, K).
@@ -37,26 +58,15 @@ class QuantizedActivation:
     overflow_count: int = 0
 
     def __post_init__(self) -> None:
-        require_tensor("activation data", self.data)
-        require_tensor("activation scale", self.scale)
         self.scale_layout = ScaleLayout.parse(self.scale_layout)
-        self.fmt = fp8_format(self.fmt)
+        self.fmt = _checked_fp8("activation", self.data, self.scale, self.fmt, "(M, K)")
         if self.group_size <= 0:
             raise ValueError(f"activation: group_size={self.group_size} must be positive")
-        if format_of(self.data, "activation data") != self.fmt:
-            raise TypeError(f"activation data: dtype {self.data.dtype} does not match format {self.fmt.name}")
-        if self.data.dim() != 2:
-            raise ValueError(f"activation data: {describe(self.data)} must be 2-D (M, K)")
         m, k = self.data.shape
         if k % self.group_size:
             raise ValueError(f"activation data: K={k} is not a multiple of group_size {self.group_size}")
-        if self.scale.dtype != torch.float32:
-            raise TypeError(f"activation scale: {describe(self.scale)} must be float32")
-        if tuple(self.scale.shape) != (m, k // self.group_size):
-            raise ValueError(
-                f"activation scale: {describe(self.scale)} must have shape (M, K/{self.group_size}) = "
-                f"{(m, k // self.group_size)} for data {describe(self.data)}"
-            )
+        rule, of = f"(M, K/{self.group_size})", f"data {describe(self.data)}"
+        _require_scale_shape("activation", self.scale, (m, k // self.group_size), rule, of)
 
     @property
     def m(self) -> int:
@@ -97,23 +107,11 @@ class QuantizedWeight:
     logical_k: int | None = None
 
     def __post_init__(self) -> None:
-        require_tensor("weight data", self.data)
-        require_tensor("weight scale", self.scale)
-        self.fmt = fp8_format(self.fmt)
-        if format_of(self.data, "weight data") != self.fmt:
-            raise TypeError(f"weight data: dtype {self.data.dtype} does not match format {self.fmt.name}")
-        if self.data.dim() != 2:
-            raise ValueError(f"weight data: {describe(self.data)} must be 2-D (N, K)")
-        if self.scale.dtype != torch.float32:
-            raise TypeError(f"weight scale: {describe(self.scale)} must be float32")
+        self.fmt = _checked_fp8("weight", self.data, self.scale, self.fmt, "(N, K)")
         n, k = self.n, self.k
         bn, bk = self.block
-        expected = (-(-n // bn), -(-k // bk))
-        if tuple(self.scale.shape) != expected:
-            raise ValueError(
-                f"weight scale: {describe(self.scale)} must have shape (ceil(N/{bn}), ceil(K/{bk})) = "
-                f"{expected} for weight (N, K) = ({n}, {k})"
-            )
+        rule, of = f"(ceil(N/{bn}), ceil(K/{bk}))", f"weight (N, K) = ({n}, {k})"
+        _require_scale_shape("weight", self.scale, (-(-n // bn), -(-k // bk)), rule, of)
 
     @property
     def n(self) -> int:

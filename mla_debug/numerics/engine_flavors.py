@@ -26,6 +26,8 @@ builds its kernels with ``-use_fast_math``, so its two divisions are approximate
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .flavor_recipe import QuantFlavor, recipe
 
 VLLM_RELEASE = "vLLM 0.33.0"
@@ -123,17 +125,17 @@ SGLANG_TRITON = recipe(
     ),
 )
 
-SGLANG_TRITON_COLMAJOR = recipe(
-    "sglang-triton-colmajor",
-    SGLANG_RELEASE,
+# _per_token_group_quant_8bit_colmajor: the same amax and scale, then
+# `if SCALE_UE8M0: y_s = tl.exp2(tl.ceil(tl.log2(tl.abs(y_s))))` and `y_q = tl.clamp(y / y_s, ...)`.
+SGLANG_TRITON_COLMAJOR = replace(
+    SGLANG_TRITON,
+    name="sglang-triton-colmajor",
     description=(
         "SGLang 0.5.23 column-major Triton group quant: scale = max(amax, 1e-10) / max (224 on e4m3fnuz), "
         "q = clamp(x / scale); ue8m0 as exp2(ceil(log2(scale))) in fp32"
     ),
-    # _per_token_group_quant_8bit_colmajor: the same amax and scale, then
-    # `if SCALE_UE8M0: y_s = tl.exp2(tl.ceil(tl.log2(tl.abs(y_s))))` and `y_q = tl.clamp(y / y_s, ...)`.
-    amax_floor=1e-10,
-    quotient="div", clamp=True, ue8m0_rule="log2_fp32", by_scale_order=_SGLANG_BY_ORDER, **_GROUP_QUANT,
+    quotient="div",
+    ue8m0_rule="log2_fp32",
     models=(
         "SGLang 0.5.23 sglang/kernels/ops/quantization/fp8_kernel.py _per_token_group_quant_8bit_colmajor, "
         "launched by _per_token_group_quant_8bit_raw with column_major_scales=True"

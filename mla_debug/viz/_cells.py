@@ -19,6 +19,26 @@ DIVERGED_COLOUR = "#e41a1c"
 COLOURSCALE = "Viridis"
 
 
+def left_title(text: str) -> dict:
+    """A figure title set flush with the plot's left edge (long titles wrap there, not off the centre)."""
+    return dict(text=text, x=0.0, xref="paper")
+
+
+def cell_outline(col: float, row: float) -> dict:
+    """A red outline around the heatmap cell at (col, row): categorical axes place category k at
+    coordinate k, so a cell spans k +- 0.5."""
+    return dict(
+        type="rect",
+        xref="x",
+        yref="y",
+        x0=col - 0.5,
+        x1=col + 0.5,
+        y0=row - 0.5,
+        y1=row + 0.5,
+        line=dict(color=DIVERGED_COLOUR, width=3),
+    )
+
+
 def sci(x: float | None) -> str:
     """A number in scientific notation, '-' for None and the words for non-finite values."""
     if x is None:

@@ -28,7 +28,7 @@ from ..explain.explain import Candidate, CaptureExplanation, DivergenceSource, O
 from ..explain.stories import StoryKind
 from ..explain.truth import Truth, TruthSource
 from ..explain.untestable import Untestable
-from ._cells import COLOURSCALE, DIVERGED_COLOUR, log10_grid, log_ticks, sci
+from ._cells import COLOURSCALE, cell_outline, left_title, log10_grid, log_ticks, sci
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -247,16 +247,21 @@ def _input_words(e: StepExplanation) -> str:
     return "the layer input" if e.inherited_from == "layer.input" else f"its input, {e.inherited_from}'s output"
 
 
+# Where a diverged step's divergence came from, in words; {input} names the step's input (`_input_words`).
+_SOURCE_WORDS = {
+    DivergenceSource.LAYER_INPUT: (
+        " - it differs from the other side only by what the layer input's difference explains"
+    ),
+    DivergenceSource.EARLIER_STEP: " - its divergence comes from {input}",
+    DivergenceSource.OTHER_SIDE: (
+        " - {input} agrees between the sides (its difference taken away), so the divergence is the other side's"
+    ),
+    DivergenceSource.UNKNOWN: " - its divergence comes from {input} (not compared) or from the other side",
+}
+
+
 def _source_words(e: StepExplanation) -> str:
-    if e.source is DivergenceSource.LAYER_INPUT:
-        return " - it differs from the other side only by what the layer input's difference explains"
-    if e.source is DivergenceSource.EARLIER_STEP:
-        return f" - its divergence comes from {_input_words(e)}"
-    if e.source is DivergenceSource.OTHER_SIDE:
-        return f" - {_input_words(e)} agrees between the sides (its difference taken away), so the divergence is the other side's"
-    if e.source is DivergenceSource.UNKNOWN:
-        return f" - its divergence comes from {_input_words(e)} (not compared) or from the other side"
-    return ""
+    return _SOURCE_WORDS.get(e.source, "").format(input=_input_words(e))
 
 
 def _assumed(e: StepExplanation) -> str:
@@ -367,31 +372,14 @@ def capture_heatmap(diff: CaptureDiff) -> go.Figure:
             colorbar=dict(title=dict(text="residual"), tickvals=tickvals, ticktext=ticktext),
         )
     )
-    shapes = [
-        dict(
-            type="rect",
-            xref="x",
-            yref="y",
-            x0=len(columns) - 1.5,
-            x1=len(columns) - 0.5,
-            y0=i - 0.5,
-            y1=i + 0.5,
-            line=dict(color=DIVERGED_COLOUR, width=3),
-        )
-        for i, s in enumerate(steps)
-        if s.diverged
-    ]
+    shapes = [cell_outline(len(columns) - 1, i) for i, s in enumerate(steps) if s.diverged]
     n_div = sum(s.diverged for s in steps)
     fig.update_layout(
-        title=dict(
-            text=(
-                f"b ({html.escape(diff.b.engine)} TP{diff.b.tp_size}) against a ({html.escape(diff.a.engine)} "
-                f"TP{diff.a.tp_size}): {n_div} of {len(steps)} steps diverged<br><sup>colour: log10 of the error "
-                "left once the layer inputs' difference is taken away; red outline: diverged beyond the FP8 "
-                "noise floor</sup>"
-            ),
-            x=0.0,
-            xref="paper",
+        title=left_title(
+            f"b ({html.escape(diff.b.engine)} TP{diff.b.tp_size}) against a ({html.escape(diff.a.engine)} "
+            f"TP{diff.a.tp_size}): {n_div} of {len(steps)} steps diverged<br><sup>colour: log10 of the error "
+            "left once the layer inputs' difference is taken away; red outline: diverged beyond the FP8 "
+            "noise floor</sup>"
         ),
         shapes=shapes,
         xaxis=dict(type="category"),

@@ -14,7 +14,17 @@ import html
 import math
 from typing import TYPE_CHECKING
 
-from ._cells import COLOURSCALE, DIVERGED_COLOUR, flat_range, log10_grid, log_ticks, sci, step_hover
+from ._cells import (
+    COLOURSCALE,
+    DIVERGED_COLOUR,
+    cell_outline,
+    flat_range,
+    left_title,
+    log10_grid,
+    log_ticks,
+    sci,
+    step_hover,
+)
 from ._report_data import as_report, check_mode
 
 if TYPE_CHECKING:
@@ -92,19 +102,7 @@ def error_heatmap(report: TriageReport, mode: str) -> go.Figure:
             if step.diverged:
                 diverged_x.append(name)
                 diverged_y.append(labels[i])
-                # Categorical axes place category k at coordinate k, so a cell spans k +- 0.5.
-                shapes.append(
-                    dict(
-                        type="rect",
-                        xref="x",
-                        yref="y",
-                        x0=j - 0.5,
-                        x1=j + 0.5,
-                        y0=i - 0.5,
-                        y1=i + 0.5,
-                        line=dict(color=DIVERGED_COLOUR, width=3),
-                    )
-                )
+                shapes.append(cell_outline(j, i))
         hover.append(row)
 
     fig = go.Figure(_rel_err_heatmap(z, steps, labels, hover, low, high, "rel_err", xgap=1, ygap=1))
@@ -124,15 +122,11 @@ def error_heatmap(report: TriageReport, mode: str) -> go.Figure:
     )
     n_div = sum(run.diverged for run in runs)
     fig.update_layout(
-        title=dict(
-            text=(
-                f"{html.escape(report.model)} on {html.escape(report.platform)} under {html.escape(report.scenario)}, "
-                f"{html.escape(mode)}: {n_div} of {len(tps)} TP sizes diverged<br><sup>colour: log10 rel_err of each "
-                f"step vs the reference at the same TP size; red outline and cross: diverged (rel_err above the "
-                f"step's threshold)</sup>"
-            ),
-            x=0.0,
-            xref="paper",
+        title=left_title(
+            f"{html.escape(report.model)} on {html.escape(report.platform)} under {html.escape(report.scenario)}, "
+            f"{html.escape(mode)}: {n_div} of {len(tps)} TP sizes diverged<br><sup>colour: log10 rel_err of each "
+            f"step vs the reference at the same TP size; red outline and cross: diverged (rel_err above the "
+            f"step's threshold)</sup>"
         ),
         shapes=shapes,
         xaxis=dict(title=dict(text="step (layer order)"), type="category", tickangle=-35),
@@ -189,14 +183,10 @@ def block_heatmap(report: TriageReport, tp: int, mode: str, step: str | None = N
     )
     fig = go.Figure(heat)
     fig.update_layout(
-        title=dict(
-            text=(
-                f"TP{tp} {html.escape(mode)}, step <b>{html.escape(name)}</b> ({why}, output {blocks.shape}): "
-                f"rel_err per token and {block}-column block<br><sup>whole-step rel_err {sci(diff_step.rel_err)}, "
-                f"threshold {sci(diff_step.threshold)}; {html.escape(diff_step.classification)}</sup>"
-            ),
-            x=0.0,
-            xref="paper",
+        title=left_title(
+            f"TP{tp} {html.escape(mode)}, step <b>{html.escape(name)}</b> ({why}, output {blocks.shape}): "
+            f"rel_err per token and {block}-column block<br><sup>whole-step rel_err {sci(diff_step.rel_err)}, "
+            f"threshold {sci(diff_step.threshold)}; {html.escape(diff_step.classification)}</sup>"
         ),
         xaxis=dict(
             title=dict(text=f"{block}-column block of the flattened per-token output"),

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ._cells import COLOURSCALE, log10_grid, log_ticks, sci
+from ._cells import COLOURSCALE, left_title, log10_grid, log_ticks, sci
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -100,14 +100,10 @@ def group_error_heatmap(
     inputs = acc.inputs
     fig = go.Figure(go.Heatmap(name=label, **heat))
     fig.update_layout(
-        title=dict(
-            text=(
-                f"{html.escape(inputs.distribution)} ({inputs.m} x {inputs.n}, {acc.fmt.name}): "
-                f"{html.escape(label)}<br><sup>{'red: ' + html.escape(path) + ' worse, blue: better; ' if minus else ''}"
-                f"one cell per row and 1x128 quantization group</sup>"
-            ),
-            x=0.0,
-            xref="paper",
+        title=left_title(
+            f"{html.escape(inputs.distribution)} ({inputs.m} x {inputs.n}, {acc.fmt.name}): "
+            f"{html.escape(label)}<br><sup>{'red: ' + html.escape(path) + ' worse, blue: better; ' if minus else ''}"
+            f"one cell per row and 1x128 quantization group</sup>"
         ),
         xaxis=dict(title=dict(text="group (128 columns)")),
         yaxis=dict(title=dict(text="row (token)"), autorange="reversed"),
@@ -170,13 +166,9 @@ def error_histogram(
     inputs = acc.inputs
     fig.update_layout(
         barmode="overlay",
-        title=dict(
-            text=(
-                f"{html.escape(inputs.distribution)} ({inputs.m} x {inputs.n}, {acc.fmt.name}): per-element error "
-                f"against the fp64 truth<br><sup>in fp8 ulps at the element; {bins} bins</sup>"
-            ),
-            x=0.0,
-            xref="paper",
+        title=left_title(
+            f"{html.escape(inputs.distribution)} ({inputs.m} x {inputs.n}, {acc.fmt.name}): per-element error "
+            f"against the fp64 truth<br><sup>in fp8 ulps at the element; {bins} bins</sup>"
         ),
         xaxis=dict(title=dict(text="|dequantized - truth| (fp8 ulps)")),
         yaxis=dict(title=dict(text="elements"), type="log" if log_y else "linear"),

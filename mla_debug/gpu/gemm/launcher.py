@@ -29,6 +29,7 @@ from ..._checks import describe, is_dense
 from ...layouts import ScaleLayout
 from ...numerics import E4M3FN, E4M3FNUZ, Fp8Format
 from .. import triton_env
+from ..launch_names import launch_name
 
 BLOCK = 128
 SHUFFLE_BAND = 16
@@ -60,13 +61,13 @@ class LaunchConfig:
     tma_store: bool = False
 
     def __str__(self) -> str:
-        return (
-            f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}-g{self.group_m}-sk{self.split_k}"
-            + ("" if self.stagger else "-nostagger")
-            + ("-overlap" if self.overlap else "")
-            + ("-persistent" if self.persistent else "")
-            + ("-specialized" if self.specialized else "")
-            + ("-tmastore" if self.tma_store else "")
+        return launch_name(
+            f"BM{self.block_m}-BN{self.block_n}-w{self.num_warps}-s{self.num_stages}-g{self.group_m}-sk{self.split_k}",
+            (not self.stagger, "-nostagger"),
+            (self.overlap, "-overlap"),
+            (self.persistent, "-persistent"),
+            (self.specialized, "-specialized"),
+            (self.tma_store, "-tmastore"),
         )
 
 
@@ -549,15 +550,23 @@ def triton_block_scaled_mm(
         SHUFFLED=shuffled,
         FNUZ=fnuz,
         EXACT_FP32_DOT=triton_env.interpreting(),
+        **tile_constants(cfg),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return out
+
+
+def tile_constants(cfg: LaunchConfig) -> dict[str, int | bool]:
+    """The compile-time tiling arguments the Triton kernel and the Gluon kernel share: the split of K, the
+    staggered K start, the tile and the tile grouping."""
+    return dict(
         SPLIT_K=cfg.split_k,
         STAGGER=cfg.stagger,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         GROUP_M=cfg.group_m,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
     )
-    return out
 
 
 def gluon_constants(cfg: LaunchConfig, k: int, shuffled: bool = True) -> dict[str, int | bool]:
@@ -565,11 +574,7 @@ def gluon_constants(cfg: LaunchConfig, k: int, shuffled: bool = True) -> dict[st
     return dict(
         SHUFFLED=shuffled,
         OVERLAP=cfg.overlap and overlap_fits(cfg, k),
-        SPLIT_K=cfg.split_k,
-        STAGGER=cfg.stagger,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        GROUP_M=cfg.group_m,
+        **tile_constants(cfg),
         STAGES=cfg.num_stages,
         W_WARPS_N=min(cfg.num_warps, cfg.block_n // SHUFFLE_BAND),
     )

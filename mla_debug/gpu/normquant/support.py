@@ -28,6 +28,7 @@ from ...layouts import ScaleLayout
 from ...numerics import E4M3FN, E4M3FNUZ, Fp8Format, QuantFlavor
 from ...numerics.quantize import Fp8OverflowWarning, _tie_rounds_up, overflow_threshold
 from .. import triton_env
+from ..launch_names import launch_name
 from ..triton_env import interpreting
 
 _KERNELS = f"{__package__}.kernels"
@@ -156,11 +157,7 @@ class RowLaunch:
     short_chain: bool = False
 
     def __str__(self) -> str:
-        return (
-            f"BM{self.block_m}-w{self.num_warps}"
-            + ("-kq" if self.k_with_q else "")
-            + ("-sc" if self.short_chain else "")
-        )
+        return launch_name(f"BM{self.block_m}-w{self.num_warps}", (self.k_with_q, "-kq"), (self.short_chain, "-sc"))
 
 
 def scales_in_place(device: torch.device, config: RowLaunch) -> bool:
