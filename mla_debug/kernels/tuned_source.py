@@ -15,26 +15,23 @@ import importlib.metadata
 import importlib.util
 import os
 from dataclasses import asdict, dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from .._str_enum import StrEnum
 from .tuned_shapes import AITER_COMMIT
 
 ENV_VAR = "AITER_CONFIG_GEMM_A8W8_BLOCKSCALE_BPRESHUFFLE"
 TUNED_NAME = "a8w8_blockscale_bpreshuffle_tuned_gemm"
 
 
-class TableOrigin(str, Enum):
+class TableOrigin(StrEnum):
     """The kinds of source a tuned table is read from."""
 
     EMBEDDED = "embedded"
     FILES = "files"
     ENV = "env"
     INSTALLED_AITER = "installed-aiter"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

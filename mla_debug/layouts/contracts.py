@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
+from .._str_enum import StrEnum
 from .scale_layout import ScaleLayout, same_bytes
 from .weight_layout import WeightLayout, WeightTransform
 from .weight_shuffle import ShuffleLayout, shuffle_period
 
 
-class ViolationKind(str, Enum):
+class ViolationKind(StrEnum):
     SCALE_ORDER = "scale-order"
     DOUBLE_SHUFFLE = "double-shuffle"
     RELAID_WEIGHT_DIRECT_READ = "direct-read-of-relaid-weight"
@@ -34,9 +34,6 @@ class ViolationKind(str, Enum):
     UE8M0_MANTISSA_LEAK = "ue8m0-packing-mantissa-leak"  # an unmasked packer ORs mantissa bits into other codes
     # A grouped (batched) GEMM's per-(token, group) scales written in one flattening order, read in the other.
     GROUPED_SCALE_ORDER = "grouped-scale-order"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -21,22 +21,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
+from .._str_enum import StrEnum
 from .checks import reject_unknown, string, type_error
 from .citations import Source, parse_source
 
 
-class Reach(str, Enum):
+class Reach(StrEnum):
     """How the release reaches a hazard."""
 
     REACHABLE = "reachable"  # the release's own code, with settings a user can choose
     LATENT = "latent"  # the release's code, once an input outside it changes (a config aiter ships)
     WHAT_IF = "what-if"  # no code path of the release: a model of a fork or a future producer
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

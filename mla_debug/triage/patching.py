@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import Any
 
 from .._json_numbers import float_from_json, float_to_json
+from .._str_enum import StrEnum
 from ..model.program import StepNotReplaceable
 from ..parallel.patch import Patch
 from ..scenarios import Scenario
@@ -42,13 +42,10 @@ from ..verdict import DIVERGENCE_FACTOR, MIN_THRESHOLD, step_verdict
 from .diff import RunDiff, StepDiff
 
 
-class PatchVerdict(str, Enum):
+class PatchVerdict(StrEnum):
     RESTORED = "restored"
     NOT_RESTORED = "not-restored"
     NOT_PATCHABLE = "not-patchable"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
