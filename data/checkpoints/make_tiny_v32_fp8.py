@@ -25,10 +25,7 @@ test_sample_checkpoint.py`` regenerates the folder and compares every file byte 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -51,24 +48,15 @@ def make(out: Path) -> Path:
         transformers_config,
         transformers_model_state,
         write_deepseek_checkpoint,
+        write_new_folder,
     )
 
-    if out.exists():
-        raise FileExistsError(f"{out} exists; remove it first (or pass --out for a new folder)")
-    config = tiny_deepseek_config("deepseek_v32")
-    state = transformers_model_state(transformers.DeepseekV32ForCausalLM, transformers_config(config), SEED)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        write_deepseek_checkpoint(tmp, config, state, SHARDS, ue8m0=True)
-        for file in tmp.iterdir():
-            os.chmod(file, 0o644)
-        os.chmod(tmp, 0o755)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    def write(folder: Path) -> None:
+        config = tiny_deepseek_config("deepseek_v32")
+        state = transformers_model_state(transformers.DeepseekV32ForCausalLM, transformers_config(config), SEED)
+        write_deepseek_checkpoint(folder, config, state, SHARDS, ue8m0=True)
+
+    return write_new_folder(out, write)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,10 +21,7 @@ What it is made of, none of it this package's code:
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,25 +50,20 @@ def make(out: Path) -> Path:
     """Write the checkpoint into the new folder `out` (written beside it first, then renamed)."""
     sys.path.insert(0, str(HERE.parents[1] / "tests" / "model"))
     import transformers
-    from ckpt_helpers import tiny_deepseek_config, transformers_config, transformers_model_state, write_deepseek_checkpoint
+    from ckpt_helpers import (
+        tiny_deepseek_config,
+        transformers_config,
+        transformers_model_state,
+        write_deepseek_checkpoint,
+        write_new_folder,
+    )
 
-    out = Path(out)
-    if out.exists():
-        raise FileExistsError(f"{out} exists; remove it first (or pass --out for a new folder)")
-    config = tiny_deepseek_config("deepseek_v3", **OVERRIDES)
-    state = transformers_model_state(transformers.DeepseekV3ForCausalLM, transformers_config(config), SEED)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        write_deepseek_checkpoint(tmp, config, state, SHARDS)
-        for file in tmp.iterdir():
-            os.chmod(file, 0o644)
-        os.chmod(tmp, 0o755)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    def write(folder: Path) -> None:
+        config = tiny_deepseek_config("deepseek_v3", **OVERRIDES)
+        state = transformers_model_state(transformers.DeepseekV3ForCausalLM, transformers_config(config), SEED)
+        write_deepseek_checkpoint(folder, config, state, SHARDS)
+
+    return write_new_folder(out, write)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -135,6 +139,26 @@ def deepseek_dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def deepseek_stores_fp8(key: str, tensor: torch.Tensor) -> bool:
     """Whether DeepSeek's release stores tensor `key` as fp8 with a weight_scale_inv."""
     return tensor.dim() == 2 and key.endswith(".weight") and not key.endswith(_DEEPSEEK_DENSE)
+
+
+def write_new_folder(out: Path, write: Callable[[Path], object]) -> Path:
+    """`write(folder)` into a fresh folder beside `out`, then renamed to `out`: a reader never sees a half-written
+    folder and an interrupted run leaves nothing. FileExistsError if `out` exists: nothing is overwritten."""
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} exists; remove it first (or pass --out for a new folder)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        write(tmp)
+        for file in tmp.iterdir():
+            os.chmod(file, 0o644)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0o700
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
 
 
 def write_deepseek_checkpoint(
