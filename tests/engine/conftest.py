@@ -6,7 +6,8 @@ Every launch costs 30-130 s on 2 cores, so one session launches the engine five 
 x (AMX_MLA, CPU_MLA) - each run capturing three layers of one model whose plugin plants a regression on
 two of them (tests/engine/plugin): layer 1 is clean, layer 2 has kv_b_proj's guard dropped
 ("kv-b-guard"), layer 3 o_proj's reader told its packed weight is plain ("o-proj-plain-read") - and one
-clean run at TP1 under AMX_MLA (no plant) capturing layer 2. Every launch also scans all four decoder
+clean run at TP1 under AMX_MLA (no plant) capturing layer 2, at the prompt's forward and at the first
+decode step. Every launch also scans all four decoder
 layers (md.scan) in the forward that records its captures. The runs are shared by every test of the
 session (and by pytest-xdist's workers, through a lock and the run's id) and kept under build/engine/
 (git-ignored) until the next session replaces them; ``MLA_DEBUG_ENGINE_RUNS=build/engine/run-XXXXXXXX``

@@ -64,12 +64,13 @@ def engine_env(mode: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class Launch:
     """One engine launch of the tier's plan: every launch also scans all decoder layers (md.scan) in the
-    forward that records its captures."""
+    forward that records its captures; `decode_layers` are also captured at the first decode step."""
 
     tp: int
     backend: str
     plant: str = PLANT
     layers: tuple[int, ...] = LAYERS
+    decode_layers: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -80,7 +81,8 @@ class Launch:
 # is compared with (and a capture of the planted layer 2 diffed with). One clean TP1 launch fits beside a
 # TP2 launch, where the plan had a core idle.
 PLANTED = tuple(Launch(tp, backend) for backend in BACKENDS for tp in TP_SIZES)
-CLEAN = Launch(1, "AMX_MLA", plant="", layers=(KV_B_GUARD_LAYER,))
+# The clean run also captures layer 2's first decode step: the engine's KV context, the absorbed path.
+CLEAN = Launch(1, "AMX_MLA", plant="", layers=(KV_B_GUARD_LAYER,), decode_layers=(KV_B_GUARD_LAYER,))
 LAUNCHES = (*PLANTED, CLEAN)
 
 
@@ -96,6 +98,9 @@ class EngineRun:
     def layer(self, layer: int) -> Path:
         return self.folder / f"layer{layer}"
 
+    def decode(self, layer: int) -> Path:
+        return self.folder / f"decode{layer}"
+
     @property
     def scan(self) -> Path:
         return self.folder / "scan"
@@ -104,6 +109,8 @@ class EngineRun:
 def _launch(mode: str, model: Path, launch: Launch, out: Path, op_checks: Path | None) -> subprocess.Popen:
     command = [str(ENGINE_PY), str(RUNNER), "--model", str(model), "--tp", str(launch.tp), "--backend",
                launch.backend, "--out", str(out), "--layers", *map(str, launch.layers), "--plant", launch.plant, "--scan"]
+    if launch.decode_layers:
+        command += ["--decode-layers", *map(str, launch.decode_layers)]
     if op_checks is not None:
         command += ["--op-checks", str(op_checks)]
     out.mkdir(parents=True, exist_ok=True)

@@ -115,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, nargs="+", required=True)
     parser.add_argument("--plant", default="")
     parser.add_argument("--scan", action="store_true", help="also scan every decoder layer into OUT/scan")
+    parser.add_argument(
+        "--decode-layers", type=int, nargs="*", default=[],
+        help="also capture these layers' first decode call into OUT/decode<L> (two tokens are generated)",
+    )
     parser.add_argument("--op-checks", type=Path)
     args = parser.parse_args(argv)
     out = args.out.resolve()
@@ -143,9 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         llm.collective_rpc(
             "mla_debug_start_capture", kwargs={"out": str(out / f"layer{layer}"), "layer": layer, "mode": "prefill"}
         )
+    for layer in args.decode_layers:
+        # The layer's second call is the first decode step; opened before the prompt's call, the capture
+        # also keeps that call's rows, the KV context the decode step attends to.
+        llm.collective_rpc("mla_debug_start_capture", kwargs={"out": str(out / f"decode{layer}"), "layer": layer, "call": 1})
     if args.scan:
         llm.collective_rpc("mla_debug_start_scan", kwargs={"out": str(out / "scan")})
-    result = llm.generate([{"prompt_token_ids": PROMPT}], SamplingParams(max_tokens=1, temperature=0.0))
+    max_tokens = 2 if args.decode_layers else 1
+    result = llm.generate([{"prompt_token_ids": PROMPT}], SamplingParams(max_tokens=max_tokens, temperature=0.0))
     folders = llm.collective_rpc("mla_debug_finish_capture")
     scan_folders = llm.collective_rpc("mla_debug_finish_scan") if args.scan else []
     generated = time.perf_counter()
