@@ -80,3 +80,20 @@ def test_notebook_01_runs_on_a_checkpoint_given_through_the_environment(tmp_path
 
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "Checkpoint(my-model, layer 3," in printed and f"source='{folder}'" in printed
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if "mkdtemp" in p.read_text()], ids=lambda p: p.stem)
+def test_a_notebook_removes_the_temporary_folders_it_made(path, tmp_path, monkeypatch):
+    """Run on its defaults with TMPDIR pointing at an empty folder (the kernel inherits it), a notebook that
+    makes a temporary folder leaves nothing in it: a user's /tmp does not fill up one run at a time."""
+    nbclient = pytest.importorskip("nbclient")
+    for name in [n for n in os.environ if n.startswith("MLA_DEBUG_")]:
+        monkeypatch.delenv(name)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    nb = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute()
+    # torch keeps its compile cache in TMPDIR (torchinductor_<user>), shared by every torch program: not the
+    # notebook's to remove.
+    assert sorted(p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_")) == []
