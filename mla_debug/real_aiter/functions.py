@@ -100,18 +100,21 @@ def merge_tuned_csvs(paths: Sequence[str | os.PathLike], dest: str | os.PathLike
     aiter's ``update_config_files(":".join(paths), merge_name)``: one path is returned as it is; several
     are concatenated, and - when aiter ships the matching *untuned* CSV - sorted by ``us`` and
     deduplicated on the untuned file's columns (M, N, K: no gfx, no cu_num), keeping the fastest row.
-    aiter writes the merge to ``/tmp/<merge_name>.csv``; an exclusive lock on a file beside it keeps
-    concurrent callers from reading each other's merge before it is copied to `dest`.
+    aiter writes the merge to ``/tmp/<merge_name>.csv`` (a fixed path); it is copied to `dest` and removed
+    under an exclusive lock on /tmp itself (flock on the directory: no lock file is left behind), so
+    concurrent callers never read each other's merge.
     """
     items = [str(Path(p)) for p in paths]
     if not items:
         raise ValueError("merge_tuned_csvs: no paths given")
     merge = _core_functions()["update_config_files"]
-    with open(f"/tmp/{BPRESHUFFLE_TUNED}.csv.lock", "w") as lock:
+    lock = os.open("/tmp", os.O_RDONLY)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            merged = merge(os.pathsep.join(items), BPRESHUFFLE_TUNED)
-            shutil.copyfile(merged, dest)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        merged = merge(os.pathsep.join(items), BPRESHUFFLE_TUNED)
+        shutil.copyfile(merged, dest)
+        if len(items) > 1:  # one path is handed back as it is: the caller's file, not aiter's merge
+            os.unlink(merged)
+    finally:
+        os.close(lock)  # closing releases the lock
     return Path(dest)

@@ -35,10 +35,13 @@ def _library() -> ctypes.CDLL:
     library = build / "libpaddedm.so"
     cmd = [compiler, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-include", "climits"]
     cmd += ["-I", str(build), str(source), "-o", str(library)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise RuntimeError(f"compiling aiter's {SOURCE} failed: {done.stderr[-2000:]}")
-    return ctypes.CDLL(str(library))
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"compiling aiter's {SOURCE} failed: {done.stderr[-2000:]}")
+        return ctypes.CDLL(str(library))  # once loaded, the mapping outlives the file
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
 
 
 def get_padded_m(m: int, n: int, k: int, granularity: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -81,6 +82,7 @@ def run_torchrun(
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={tp_size}",
         str(TP_SCRIPT), str(model_dir), str(out), tokens, *extra,
     ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="mla-debug-torchrun-") as tmp:  # torchrun's log folders go there
+        done = subprocess.run(command, env={**env, "TMPDIR": tmp}, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"torchrun at TP{tp_size} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")

