@@ -265,6 +265,7 @@ def identity_read(linear, dtype: torch.dtype = torch.bfloat16):
     kernel's input quant, block accumulation and bf16 output make them (on an identity every output is one
     product: exact under ue8m0, where the identity's group scale is a power of two).
     """
-    eye = torch.eye(linear.k, dtype=dtype)
+    # On the weight's device: a layer run on a GPU holds its weights there.
+    eye = torch.eye(linear.k, dtype=dtype, device=linear.block.weight.data.device)
     call = linear.run(eye)
     return call.output.t().to(torch.float32), call
