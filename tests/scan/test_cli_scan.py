@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from scan_models import DEFECT_LAYER, dumped, save_tiny_model
+from scan_models import DEFECT_LAYER, dumped, run_torchrun, save_tiny_model
 
 import mla_debug as md
 from mla_debug.cli.main import main
@@ -36,6 +36,18 @@ def test_scan_run_and_show(tmp_path, capsys):
     assert main(["scan", "run", str(model), str(tmp_path / "scan")]) == 2  # never overwritten
     assert "already exists" in capsys.readouterr().err
 
+
+
+def test_scan_run_under_torchrun_writes_every_rank_and_ends_cleanly(tmp_path):
+    """`mla-debug scan run --tp-plan auto` under torchrun, as docs/capture.md gives it: every rank writes its
+    folder and the command ends with status 0 (it closes the process group transformers opened)."""
+    model = save_tiny_model(tmp_path / "model", dtype=torch.float32, layers=2)
+    out = run_torchrun(
+        "mla_debug.cli", 2, "scan", "run", str(model), str(tmp_path / "scan"), "--tp-plan", "auto", "--length", "8"
+    )
+    assert out.count("scan written") == 2
+    scan = md.capture.load_scan(tmp_path / "scan")
+    assert scan.manifest.tp_size == 2 and len(scan.manifest.layers) == 2
 
 def test_import_sglang_then_diff_and_export(tp2, tp4_planted, model_dir, tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
