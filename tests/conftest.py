@@ -4,6 +4,8 @@ Triton interpreter on CPU-only machines, and a clean process for compiling kerne
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,20 @@ from offline_compile import OfflineCompiler
 # or torch on CPU tensors); only tests that ask for backend="triton" run it, on tiny shapes.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# torch makes its compile cache, <TMPDIR>/torchinductor_<user>, as soon as anything imports torch._dynamo
+# (transformers does), and never removes it. The suite's processes - notebook kernels and torchrun ranks
+# inherit the variable - use a folder of their own instead, removed when the run ends.
+_INDUCTOR_CACHE = None
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _INDUCTOR_CACHE = tempfile.mkdtemp(prefix="mla-debug-test-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE
+
+
+def pytest_unconfigure(config):
+    if _INDUCTOR_CACHE is not None:
+        shutil.rmtree(_INDUCTOR_CACHE, ignore_errors=True)
+
 
 REPO = Path(__file__).resolve().parents[1]
 # aiter's tuned CSVs (data/README.md names their commit and license).
