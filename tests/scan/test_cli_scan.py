@@ -37,7 +37,6 @@ def test_scan_run_and_show(tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err
 
 
-
 def test_scan_run_under_torchrun_writes_every_rank_and_ends_cleanly(tmp_path):
     """`mla-debug scan run --tp-plan auto` under torchrun, as docs/capture.md gives it: every rank writes its
     folder and the command ends with status 0 (it closes the process group transformers opened)."""
@@ -48,6 +47,7 @@ def test_scan_run_under_torchrun_writes_every_rank_and_ends_cleanly(tmp_path):
     assert out.count("scan written") == 2
     scan = md.capture.load_scan(tmp_path / "scan")
     assert scan.manifest.tp_size == 2 and len(scan.manifest.layers) == 2
+
 
 def test_import_sglang_then_diff_and_export(tp2, tp4_planted, model_dir, tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
