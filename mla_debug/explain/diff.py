@@ -40,6 +40,7 @@ import torch
 
 from .._checks import find
 from .._json_numbers import float_from_json, float_to_json
+from .._json_records import JsonRecord
 from ..capture import Capture, CapturedTensor, Shard, TensorRole
 from ..capture.gather import RELAID_ATTRS
 from ..layouts import ScaleLayout, VerdictKind, compare_tensor, identify_scale_layout, vnni_unpack
@@ -113,7 +114,7 @@ class StepVerdict(str, Enum):
 
 
 @dataclass(frozen=True)
-class RankLayout:
+class RankLayout(JsonRecord):
     """One rank of one side: how its bytes of a weight relate to the base's shard."""
 
     side: str
@@ -133,37 +134,9 @@ class RankLayout:
             return (self.relation, self.shuffle_layout, self.shuffles % self.period)
         return (self.relation, self.scale_layouts, self.transposed)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "side": self.side,
-            "rank": self.rank,
-            "relation": self.relation.value,
-            "shuffles": self.shuffles,
-            "shuffle_layout": list(self.shuffle_layout) if self.shuffle_layout else None,
-            "period": self.period,
-            "same_bytes_as": list(self.same_bytes_as),
-            "scale_layouts": [s.value for s in self.scale_layouts],
-            "transposed": self.transposed,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RankLayout:
-        layout = data.get("shuffle_layout")
-        return cls(
-            side=str(data["side"]),
-            rank=int(data["rank"]),
-            relation=ByteRelation(data["relation"]),
-            shuffles=data.get("shuffles"),
-            shuffle_layout=tuple(layout) if layout else None,
-            period=data.get("period"),
-            same_bytes_as=tuple(data.get("same_bytes_as", ())),
-            scale_layouts=tuple(ScaleLayout(s) for s in data.get("scale_layouts", ())),
-            transposed=bool(data.get("transposed", False)),
-        )
-
 
 @dataclass(frozen=True)
-class WeightDiff:
+class WeightDiff(JsonRecord):
     """One weight, scale or derived weight: each side's ranks against the base, and the verdict."""
 
     name: str
@@ -174,25 +147,6 @@ class WeightDiff:
 
     def side(self, side: str) -> tuple[RankLayout, ...]:
         return tuple(r for r in self.ranks if r.side == side)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "role": self.role.value,
-            "base": self.base.value,
-            "difference": self.difference.value,
-            "ranks": [r.to_dict() for r in self.ranks],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WeightDiff:
-        return cls(
-            name=str(data["name"]),
-            role=TensorRole(data["role"]),
-            base=LayoutBase(data["base"]),
-            ranks=tuple(RankLayout.from_dict(r) for r in data["ranks"]),
-            difference=Difference(data["difference"]),
-        )
 
 
 @dataclass(frozen=True)

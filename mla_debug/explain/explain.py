@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from .._json_numbers import float_from_json, float_to_json
+from .._json_records import JsonRecord
 from ..capture import Capture, CapturedTensor, Shard, TensorRole
 from ..kernels.vllm_cpu import VLLM_CLASS as W8A16_KERNEL
 from ..layouts import ScaleLayout, can_vnni_pack, vnni_pack, vnni_unpack
@@ -183,7 +184,7 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class StepExplanation:
+class StepExplanation(JsonRecord):
     """The stories tested on one step (or derived weight `tensor`), ranked best first.
 
     `ranks` holds each TP rank's verdict (`ranks.RankOutcome`); `held` the forensics of the
@@ -245,51 +246,12 @@ class StepExplanation:
     def correct(self) -> Candidate | None:
         return next((c for c in self.candidates if c.is_correct), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "tensor": self.tensor,
-            "outcome": self.outcome.value,
-            "untestable": None if self.untestable is None else self.untestable.value,
-            "detail": self.detail,
-            "tolerance": float_to_json(self.tolerance),
-            "observed_rel_err": float_to_json(self.observed_rel_err),
-            "observed_verdict": None if self.observed_verdict is None else self.observed_verdict.value,
-            "inherited_from": self.inherited_from,
-            "source": None if self.source is None else self.source.value,
-            "assumes_weights": self.assumes_weights,
-            "act_scale_written": None if self.act_scale_written is None else self.act_scale_written.value,
-            "held": [h.to_dict() for h in self.held],
-            "missing": list(self.missing),
-            "ranks": [r.to_dict() for r in self.ranks],
-            "candidates": [c.to_dict() for c in self.candidates],
-        }
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepExplanation:
-        written, untestable = data.get("act_scale_written"), data.get("untestable")
-        verdict, source = data.get("observed_verdict"), data.get("source")
-        outcome = Outcome(data["outcome"])
-        if "untestable" not in data and outcome is Outcome.UNTESTABLE:  # schema 1
-            untestable = (Untestable.MISSING_TENSORS if data.get("missing") else Untestable.NOT_RECOMPUTED).value
-        return cls(
-            step=str(data["step"]),
-            outcome=outcome,
-            candidates=tuple(Candidate.from_dict(c) for c in data.get("candidates", ())),
-            tolerance=float_from_json(data.get("tolerance"), "tolerance"),
-            tensor=data.get("tensor"),
-            held=tuple(RankLayout.from_dict(h) for h in data.get("held", ())),
-            act_scale_written=None if written is None else ScaleLayout(written),
-            observed_rel_err=float_from_json(data.get("observed_rel_err"), "observed_rel_err"),
-            missing=tuple(data.get("missing", ())),
-            ranks=tuple(RankOutcome.from_dict(r) for r in data.get("ranks", ())),
-            untestable=None if untestable is None else Untestable(untestable),
-            detail=str(data.get("detail", "")),
-            observed_verdict=None if verdict is None else StepVerdict(verdict),
-            inherited_from=data.get("inherited_from"),
-            source=None if source is None else DivergenceSource(source),
-            assumes_weights=bool(data.get("assumes_weights", False)),
-        )
+        if "untestable" not in data and data.get("outcome") == Outcome.UNTESTABLE.value:  # schema 1 had no reason
+            reason = Untestable.MISSING_TENSORS if data.get("missing") else Untestable.NOT_RECOMPUTED
+            data = {**data, "untestable": reason.value}
+        return super().from_dict(data)
 
 
 @dataclass(frozen=True)

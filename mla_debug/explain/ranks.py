@@ -13,11 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 import torch
 
-from .._json_numbers import float_from_json, float_to_json
+from .._json_records import JsonRecord
 from ..numerics import rel_l2
 from ..parallel.gather import sum_in_rank_order
 from .stories import StoryKind
@@ -34,7 +33,7 @@ CORRECT = (StoryKind.CORRECT,)
 
 
 @dataclass(frozen=True)
-class RankOutcome:
+class RankOutcome(JsonRecord):
     """One rank's verdict: what reproduces its output (`kinds`, CORRECT alone for the intended read)
     and how well (`rel_err`), beside the correct computation's error on that rank."""
 
@@ -43,29 +42,6 @@ class RankOutcome:
     kinds: tuple[StoryKind, ...]
     rel_err: float
     correct_rel_err: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "outcome": self.outcome.value,
-            "kinds": [k.value for k in self.kinds],
-            "rel_err": float_to_json(self.rel_err),
-            "correct_rel_err": float_to_json(self.correct_rel_err),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RankOutcome:
-        def number(key: str) -> float:
-            value = float_from_json(data.get(key), f"rank {data.get('rank')}: {key}")
-            return math.nan if value is None else value
-
-        return cls(
-            int(data["rank"]),
-            Outcome(data["outcome"]),
-            tuple(StoryKind(k) for k in data.get("kinds", ())),
-            number("rel_err"),
-            number("correct_rel_err"),
-        )
 
 
 def step_outcome(ranks: tuple[RankOutcome, ...]) -> Outcome:

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from .._checks import find
-from .._json_numbers import float_from_json, float_to_json
+from .._json_records import JsonRecord
 from ..capture.scan_store import load_scan
 from ..capture.scan_types import GatheredSummary, Scan, ScanStep, gather_summary
 from ..verdict import DIVERGENCE_FACTOR, threshold
@@ -65,7 +65,7 @@ class StepOutcome(str, Enum):
 
 
 @dataclass(frozen=True)
-class ScanStepComparison:
+class ScanStepComparison(JsonRecord):
     """One step of one layer: b's difference against a, and what its inputs explain.
 
     `rel_err` is the largest of `column_err` (the column sample of every kept token), `norm_err` (the
@@ -98,63 +98,6 @@ class ScanStepComparison:
     @property
     def diverged(self) -> bool:
         return self.outcome is StepOutcome.DIVERGED
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "layer": self.layer,
-            "step": self.step.value,
-            "outcome": self.outcome.value,
-            "rel_err": float_to_json(self.rel_err),
-            "column_err": float_to_json(self.column_err),
-            "norm_err": float_to_json(self.norm_err),
-            "row_err": float_to_json(self.row_err),
-            "input_steps": list(self.input_steps),
-            "input_err": float_to_json(self.input_err),
-            "explained": float_to_json(self.explained),
-            "threshold": float_to_json(self.threshold),
-            "token_errors": [float_to_json(e) for e in self.token_errors],
-            "tokens_over": list(self.tokens_over),
-            "rank_errors": [float_to_json(e) for e in self.rank_errors],
-            "disagreeing_ranks": list(self.disagreeing_ranks),
-            "nonfinite": list(self.nonfinite),
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ScanStepComparison:
-        where = f"layer {data.get('layer')} {data.get('step')}"
-
-        def number(key: str) -> float:
-            value = float_from_json(data.get(key), f"{where}: {key}")
-            return math.nan if value is None else value
-
-        def numbers(key: str) -> tuple[float, ...]:
-            return tuple(number_of(v, f"{where}: {key}") for v in data.get(key, ()))
-
-        return cls(
-            layer=int(data["layer"]),
-            step=ScanStep(data["step"]),
-            outcome=StepOutcome(data["outcome"]),
-            rel_err=number("rel_err"),
-            column_err=number("column_err"),
-            norm_err=number("norm_err"),
-            row_err=number("row_err"),
-            input_steps=tuple(data.get("input_steps", ())),
-            input_err=float_from_json(data.get("input_err"), f"{where}: input_err"),
-            explained=float_from_json(data.get("explained"), f"{where}: explained"),
-            threshold=float_from_json(data.get("threshold"), f"{where}: threshold"),
-            token_errors=numbers("token_errors"),
-            tokens_over=tuple(int(t) for t in data.get("tokens_over", ())),
-            rank_errors=numbers("rank_errors"),
-            disagreeing_ranks=tuple(data.get("disagreeing_ranks", ())),
-            nonfinite=tuple(int(n) for n in data.get("nonfinite", (0, 0))),
-            note=str(data.get("note", "")),
-        )
-
-
-def number_of(value: Any, what: str) -> float:
-    found = float_from_json(value, what)
-    return math.nan if found is None else found
 
 
 @dataclass(frozen=True)

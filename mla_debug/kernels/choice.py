@@ -9,7 +9,8 @@ tuned row matched, which rule a shape broke); ``str(choice)`` is the one-line fo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from .._json_records import JsonRecord
 
 # The kernel name of an unquantized (dense) linear: no block-scaled kernel is chosen for it.
 DENSE = "dense"
@@ -17,7 +18,7 @@ DENSE_REASON = "unquantized weight: no block-scaled kernel runs it"
 
 
 @dataclass(frozen=True)
-class SkippedKernel:
+class SkippedKernel(JsonRecord):
     """A kernel of the priority list passed over before the chosen one: disabled (as
     ``VLLM_DISABLED_KERNELS`` does), or unable to take the problem (`reason`, in its own words)."""
 
@@ -28,16 +29,9 @@ class SkippedKernel:
     def __str__(self) -> str:
         return f"{self.kernel} disabled" if self.disabled else f"{self.kernel} ({self.reason})"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "disabled": self.disabled, "reason": self.reason}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SkippedKernel:
-        return cls(str(data["kernel"]), bool(data.get("disabled", False)), data.get("reason"))
-
 
 @dataclass(frozen=True)
-class KernelChoice:
+class KernelChoice(JsonRecord):
     """The kernel one linear got and why.
 
     ``kernel`` is the registered kernel name (``DENSE`` for an unquantized weight); ``reason`` says why
@@ -67,20 +61,3 @@ class KernelChoice:
             return f"{self.kernel}: per-layer override ({self.reason})"
         passed = f"; skipped {', '.join(str(s) for s in self.skipped)}" if self.skipped else ""
         return f"{self.kernel}: {self.reason}{passed}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kernel": self.kernel,
-            "reason": self.reason,
-            "override": self.override,
-            "skipped": [s.to_dict() for s in self.skipped],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> KernelChoice:
-        return cls(
-            kernel=str(data["kernel"]),
-            reason=str(data["reason"]),
-            override=bool(data.get("override", False)),
-            skipped=tuple(SkippedKernel.from_dict(s) for s in data.get("skipped", ())),
-        )

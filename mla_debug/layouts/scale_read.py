@@ -4,13 +4,13 @@ expected. A step record carries this instead of a sentence, so analysis compares
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from .._json_records import JsonRecord
 from .scale_layout import ScaleLayout
 
 
 @dataclass(frozen=True)
-class ScaleRead:
+class ScaleRead(JsonRecord):
     """Scale bytes `written` in one layout and read as `read_as` (None: written by this step, read by
     later ones - a producer such as the fused norm+quant).
 
@@ -29,11 +29,3 @@ class ScaleRead:
     def __str__(self) -> str:
         read = f", read as {self.read_as.name}" if self.read_as is not None else ""
         return f"{self.written.name} written{read}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"written": self.written.value, "read_as": self.read_as.value if self.read_as is not None else None}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ScaleRead:
-        read_as = data.get("read_as")
-        return cls(ScaleLayout(data["written"]), ScaleLayout(read_as) if read_as is not None else None)

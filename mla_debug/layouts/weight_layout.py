@@ -8,13 +8,13 @@ this history (`layouts.contracts`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from .._json_records import JsonRecord
 from .weight_shuffle import ShuffleLayout
 
 
 @dataclass(frozen=True)
-class WeightTransform:
+class WeightTransform(JsonRecord):
     """One transform applied to a weight's bytes: ``kind`` is "shuffle" or "pad_k"."""
 
     kind: str
@@ -27,28 +27,9 @@ class WeightTransform:
             return f"shuffle{tuple(self.layout or ())} by {self.by}"
         return f"pad K to a multiple of {self.pad_k_to} by {self.by}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "by": self.by,
-            "layout": list(self.layout) if self.layout is not None else None,
-            "pad_k_to": self.pad_k_to,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WeightTransform:
-        layout = data.get("layout")
-        pad = data.get("pad_k_to")
-        return cls(
-            kind=str(data["kind"]),
-            by=str(data["by"]),
-            layout=tuple(int(x) for x in layout) if layout is not None else None,
-            pad_k_to=int(pad) if pad is not None else None,
-        )
-
 
 @dataclass(frozen=True)
-class WeightLayout:
+class WeightLayout(JsonRecord):
     """Immutable history of transforms; ``WeightLayout()`` is a plain (N, K) weight."""
 
     transforms: tuple[WeightTransform, ...] = ()
@@ -80,11 +61,3 @@ class WeightLayout:
 
     def __str__(self) -> str:
         return self.describe()
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (`from_dict` gives an equal WeightLayout back): the transforms in order."""
-        return {"transforms": [t.to_dict() for t in self.transforms]}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WeightLayout:
-        return cls(tuple(WeightTransform.from_dict(t) for t in data.get("transforms", ())))

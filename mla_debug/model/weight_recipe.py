@@ -16,8 +16,8 @@ The default recipe is DeepSeek's for its released checkpoints: e4m3fn weights in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from .._json_records import JsonRecord
 from ..numerics import FLAVORS, quant_flavor
 from .config import MLAConfig
 
@@ -33,7 +33,7 @@ def recipe_names() -> list[str]:
 
 
 @dataclass(frozen=True)
-class WeightRecipe:
+class WeightRecipe(JsonRecord):
     """How dense linear weights were block-quantized here: the flavor (`numerics.flavors`), the block,
     the element format, and whether scales were rounded up to powers of two (ue8m0)."""
 
@@ -63,16 +63,6 @@ class WeightRecipe:
     def description(self) -> str:
         """The flavor's own description (what its scale and quotient are)."""
         return quant_flavor(self.flavor).description
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"flavor": self.flavor, "block": list(self.block), "fmt": self.fmt, "ue8m0": self.ue8m0}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WeightRecipe:
-        block = tuple(int(b) for b in data["block"])
-        if len(block) != 2:
-            raise ValueError(f"weight recipe: block {data['block']!r} is not two ints")
-        return cls(flavor=str(data["flavor"]), block=block, fmt=str(data["fmt"]), ue8m0=bool(data["ue8m0"]))
 
 
 class DenseWeightsError(ValueError):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .._json_records import JsonRecord
 from .checks import reject_unknown, type_error
 
 # "255", "1151, 1213-1214": line numbers and inclusive ranges, comma-separated.
@@ -34,7 +35,7 @@ def parse_lines(where: str, text: str) -> tuple[tuple[int, int], ...]:
 
 
 @dataclass(frozen=True)
-class Source:
+class Source(JsonRecord):
     """One place in a released package: ``package`` as pip names it (``vllm``), its ``version``, the
     ``file`` inside the wheel (``vllm/envs.py``), the ``function`` (or class, or variable) there and the
     ``lines`` of the file that say it (``"255"``, ``"1151, 1213-1214"``; empty where not given)."""
@@ -46,8 +47,8 @@ class Source:
     lines: str = ""
 
     def to_dict(self) -> dict[str, str]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        if not self.lines:
+        out = super().to_dict()
+        if not self.lines:  # a citation of a whole function or variable
             del out["lines"]
         return out
 
@@ -61,14 +62,11 @@ class Source:
 
 
 @dataclass(frozen=True)
-class Engine:
+class Engine(JsonRecord):
     """The serving engine release a profile models, e.g. ``Engine("vLLM", "0.33.0")``."""
 
     name: str
     version: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "version": self.version}
 
     def __str__(self) -> str:
         return f"{self.name} {self.version}"

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._json_records import JsonRecord
 from .._str_enum import StrEnum
 from .checks import reject_unknown, string, type_error
 from .citations import Source, parse_source
@@ -37,18 +38,15 @@ class Reach(StrEnum):
 
 
 @dataclass(frozen=True)
-class Evidence:
+class Evidence(JsonRecord):
     """One place of the release that shows the verdict, in words."""
 
     says: str
     source: Source
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"says": self.says, "source": self.source.to_dict()}
-
 
 @dataclass(frozen=True)
-class Reachability:
+class Reachability(JsonRecord):
     """A hazard's verdict about its release, whether it depends on the TP size, and the evidence."""
 
     verdict: Reach
@@ -59,14 +57,6 @@ class Reachability:
     @property
     def what_if(self) -> bool:
         return self.verdict is Reach.WHAT_IF
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict.value,
-            "tp_dependent": self.tp_dependent,
-            "says": self.says,
-            "evidence": [e.to_dict() for e in self.evidence],
-        }
 
     def __str__(self) -> str:
         tp = "depends on the TP size" if self.tp_dependent else "at every TP size"

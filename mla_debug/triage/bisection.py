@@ -29,9 +29,9 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from .._json_numbers import float_from_json, float_to_json
+from .._json_records import JsonRecord
 from .._progress import progress
 from ..layouts import ContractViolation
 from ..scenarios import Scenario
@@ -106,23 +106,16 @@ class Remedy:
 
 
 @dataclass(frozen=True)
-class KnownFix:
+class KnownFix(JsonRecord):
     """The upstream change known to fix the scenario (`Scenario.fixed_by`), run at this configuration."""
 
     scenario: str  # the scenario that models the fix
     upstream: str  # e.g. "vLLM PR #56433"
     restores: bool  # whether running it brought this configuration back
 
-    def to_dict(self) -> dict:
-        return {"scenario": self.scenario, "upstream": self.upstream, "restores": self.restores}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> KnownFix:
-        return cls(data["scenario"], data["upstream"], bool(data["restores"]))
-
 
 @dataclass
-class Culprit:
+class Culprit(JsonRecord):
     """Why one configuration diverged and what brings it back.
 
     ``changes``/``change``/``explanation`` are the headline remedy: the preferred code fix (fewest
@@ -144,39 +137,7 @@ class Culprit:
     violations: list[ContractViolation] = field(default_factory=list)
     trials: int = 0  # changed scenarios run (or reused) for this configuration
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data; `from_dict` gives an equal Culprit back."""
-        return {
-            "tp": self.tp,
-            "mode": self.mode,
-            "step": self.step,
-            "change": self.change,
-            "explanation": self.explanation,
-            "layer": self.layer,
-            "changes": [c.to_dict() for c in self.changes],
-            "code_fixes": [r.to_dict() for r in self.code_fixes],
-            "workarounds": [r.to_dict() for r in self.workarounds],
-            "known_fix": self.known_fix.to_dict() if self.known_fix else None,
-            "violations": [v.to_dict() for v in self.violations],
-            "trials": self.trials,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Culprit:
-        return cls(
-            tp=int(data["tp"]),
-            mode=str(data["mode"]),
-            step=str(data["step"]),
-            layer=str(data.get("layer", "")),
-            change=str(data["change"]),
-            explanation=str(data["explanation"]),
-            changes=[Change.from_dict(c) for c in data.get("changes", [])],
-            code_fixes=[Remedy.from_dict(r) for r in data.get("code_fixes", [])],
-            workarounds=[Remedy.from_dict(r) for r in data.get("workarounds", [])],
-            known_fix=KnownFix.from_dict(data["known_fix"]) if data.get("known_fix") else None,
-            violations=[ContractViolation.from_dict(v) for v in data.get("violations", [])],
-            trials=int(data.get("trials", 0)),
-        )
+    _json_missing: ClassVar[dict[str, Any]] = {"layer": ""}  # reports from before layers were named
 
     @property
     def group_key(self) -> tuple:
@@ -214,7 +175,7 @@ def group_culprits(culprits) -> list[CulpritGroup]:
 
 
 @dataclass
-class BisectStats:
+class BisectStats(JsonRecord):
     """What bisection cost: trials planned and run, results reused, sets proved not to matter."""
 
     trials: int = 0  # trials the progress bars counted (run or reused)
@@ -222,26 +183,6 @@ class BisectStats:
     reused: int = 0  # trials answered from an identical effective configuration
     skipped: int = 0  # sets never tried: one of their changes provably cannot matter
     elapsed_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trials": self.trials,
-            "runs": self.runs,
-            "reused": self.reused,
-            "skipped": self.skipped,
-            "elapsed_s": float_to_json(self.elapsed_s),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BisectStats:
-        elapsed = float_from_json(data.get("elapsed_s"), "bisection.elapsed_s")
-        return cls(
-            trials=int(data.get("trials", 0)),
-            runs=int(data.get("runs", 0)),
-            reused=int(data.get("reused", 0)),
-            skipped=int(data.get("skipped", 0)),
-            elapsed_s=0.0 if elapsed is None else elapsed,
-        )
 
 
 def progress_bar(total: int | None, enabled: bool | None, desc: str, unit: str = "run"):

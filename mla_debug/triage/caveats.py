@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
+from .._json_records import JsonRecord
 from ..model import Checkpoint
 from ..model.indexer import exact_for, has_v32_indexer
 from ..model.weight_recipe import WeightRecipe
@@ -31,7 +31,7 @@ class CaveatKind(str, Enum):
 
 
 @dataclass(frozen=True)
-class Caveat:
+class Caveat(JsonRecord):
     """One limit of a triage's verdicts (see the module docstring for each kind and its data)."""
 
     kind: CaveatKind
@@ -39,31 +39,6 @@ class Caveat:
     index_topk: int | None = None
     tokens: int | None = None
     recipe: WeightRecipe | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "tensors": list(self.tensors),
-            "index_topk": self.index_topk,
-            "tokens": self.tokens,
-            "recipe": None if self.recipe is None else self.recipe.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Caveat:
-        try:
-            kind = CaveatKind(data["kind"])
-        except ValueError:
-            known = ", ".join(k.value for k in CaveatKind)
-            raise ValueError(f"caveat kind {data['kind']!r} is not one of {known}") from None
-        recipe = data.get("recipe")
-        return cls(
-            kind=kind,
-            tensors=tuple(str(t) for t in data.get("tensors", ())),
-            index_topk=None if data.get("index_topk") is None else int(data["index_topk"]),
-            tokens=None if data.get("tokens") is None else int(data["tokens"]),
-            recipe=None if recipe is None else WeightRecipe.from_dict(recipe),
-        )
 
 
 def caveats_of(ckpt: Checkpoint, tokens: int, recipe: WeightRecipe | None) -> list[Caveat]:

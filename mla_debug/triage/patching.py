@@ -30,9 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
-from .._json_numbers import float_from_json, float_to_json
+from .._json_records import JsonRecord
 from .._str_enum import StrEnum
 from ..model.program import StepNotReplaceable
 from ..parallel.patch import Patch
@@ -49,7 +48,7 @@ class PatchVerdict(StrEnum):
 
 
 @dataclass(frozen=True)
-class StepRecovery:
+class StepRecovery(JsonRecord):
     """One step of a patched configuration against the reference, before and after patching."""
 
     name: str
@@ -61,34 +60,9 @@ class StepRecovery:
     diverged_before: bool
     diverged_after: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "index": self.index,
-            "rel_err_before": float_to_json(self.rel_err_before),
-            "rel_err_after": float_to_json(self.rel_err_after),
-            "floor": float_to_json(self.floor),
-            "threshold": float_to_json(self.threshold),
-            "diverged_before": self.diverged_before,
-            "diverged_after": self.diverged_after,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepRecovery:
-        return cls(
-            name=data["name"],
-            index=int(data["index"]),
-            rel_err_before=float_from_json(data["rel_err_before"], "rel_err_before"),
-            rel_err_after=float_from_json(data["rel_err_after"], "rel_err_after"),
-            floor=float_from_json(data["floor"], "floor"),
-            threshold=float_from_json(data["threshold"], "threshold"),
-            diverged_before=bool(data["diverged_before"]),
-            diverged_after=bool(data["diverged_after"]),
-        )
-
 
 @dataclass(frozen=True)
-class PatchResult:
+class PatchResult(JsonRecord):
     """One run of the (tp, mode) configuration of `scenario` with the outputs of `steps` taken from the
     `reference` scenario's run, and its verdict.
 
@@ -130,38 +104,9 @@ class PatchResult:
         steps = sorted(self.patched + self.downstream, key=lambda s: s.index)
         return None if not steps else not steps[-1].diverged_after
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tp": self.tp,
-            "mode": self.mode,
-            "scenario": self.scenario,
-            "reference": self.reference,
-            "steps": list(self.steps),
-            "verdict": self.verdict.value,
-            "patched": [s.to_dict() for s in self.patched],
-            "downstream": [s.to_dict() for s in self.downstream],
-            "factor": self.factor,
-            "min_threshold": self.min_threshold,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PatchResult:
-        return cls(
-            tp=int(data["tp"]),
-            mode=data["mode"],
-            scenario=data["scenario"],
-            reference=data["reference"],
-            steps=tuple(data["steps"]),
-            verdict=PatchVerdict(data["verdict"]),
-            patched=tuple(StepRecovery.from_dict(s) for s in data["patched"]),
-            downstream=tuple(StepRecovery.from_dict(s) for s in data["downstream"]),
-            factor=float(data["factor"]),
-            min_threshold=float(data["min_threshold"]),
-        )
-
 
 @dataclass(frozen=True)
-class PatchConfirmation:
+class PatchConfirmation(JsonRecord):
     """Activation patching of one diverged configuration: `attempts[0]` patches its first divergent
     step alone (the verdict on it); each further attempt adds the first step that still diverged,
     until one restores the layer, a step cannot be patched, or the step budget is spent."""
@@ -188,13 +133,6 @@ class PatchConfirmation:
         """The same confirmation for another mode that provably runs the same computation (a twin mode,
         `TriageSession.twin_mode`): every number is the same, only the mode differs."""
         return PatchConfirmation(tuple(replace(attempt, mode=mode) for attempt in self.attempts))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"attempts": [attempt.to_dict() for attempt in self.attempts]}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PatchConfirmation:
-        return cls(tuple(PatchResult.from_dict(attempt) for attempt in data["attempts"]))
 
 
 def _recovery(index: int, before: StepDiff, patched_run, reference, floor: dict, factor: float) -> StepRecovery:

@@ -9,13 +9,14 @@ not exercise it. A `TriageSession` takes ``start_position=`` (contiguous positio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from .._json_records import JsonRecord
+
 
 @dataclass(frozen=True)
-class TokenPositions:
+class TokenPositions(JsonRecord):
     """``start``, ``start + 1``, ... for contiguous positions; else ``explicit``, one per token.
 
     Reports written before positions were recorded started at 0: they read back as ``start=0``.
@@ -39,13 +40,3 @@ class TokenPositions:
     def values(self, tokens: int) -> list[int]:
         """The position of each of `tokens` tokens."""
         return list(self.explicit) if self.explicit is not None else list(range(self.start, self.start + tokens))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"start": self.start, "explicit": None if self.explicit is None else list(self.explicit)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TokenPositions:
-        explicit = data.get("explicit")
-        return cls(
-            start=int(data.get("start", 0)), explicit=None if explicit is None else tuple(int(p) for p in explicit)
-        )

@@ -376,7 +376,7 @@ def test_files_before_schema_5_start_at_position_0_and_recorded_no_caveats(buggy
 def test_a_caveat_of_an_unknown_kind_is_refused_with_the_known_ones(buggy):
     data = _json(buggy.to_dict())
     data["caveats"] = [{"kind": "cosmic-rays"}]
-    with pytest.raises(ValueError, match=r"caveat kind 'cosmic-rays' is not one of indexer-not-modelled, "):
+    with pytest.raises(ValueError, match=r"Caveat.kind: 'cosmic-rays' is not one of 'indexer-not-modelled', "):
         TriageReport.from_dict(data)
 
 

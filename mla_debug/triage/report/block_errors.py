@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..._json_numbers import float_from_json, float_to_json
+from ..._json_records import JsonRecord
 
 # Significant digits kept per block error. The heatmap shows three (hover) and a colour; six keep the
 # figure faithful while a decode step of DeepSeek-V3 (16 tokens x 512 blocks) stays about 100 kB of JSON.
@@ -20,7 +20,7 @@ def rounded(x: float) -> float:
 
 
 @dataclass
-class BlockErrors:
+class BlockErrors(JsonRecord):
     """Relative L2 error of `step` at (`tp`, `mode`) per token (rows) and per `block`-column block
     (columns) of the step output flattened per token; `shape` is the step output's shape.
 
@@ -47,29 +47,12 @@ class BlockErrors:
     def key(self) -> tuple[int, str, str]:
         return (self.tp, self.mode, self.step)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tp": self.tp,
-            "mode": self.mode,
-            "step": self.step,
-            "shape": list(self.shape),
-            "block": self.block,
-            "errors": [[float_to_json(v) for v in row] for row in self.errors],
-        }
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BlockErrors:
         where = f"block errors of TP{data.get('tp')} {data.get('mode')} {data.get('step')}"
-        rows = [[float_from_json(v, where) for v in row] for row in data["errors"]]
-        if any(v is None for row in rows for v in row):
+        rows = data.get("errors", ())
+        if any(v is None for row in rows for v in row):  # a block's error is always measured, NaN spelled "nan"
             raise ValueError(f"{where}: a block error is null")
         if len({len(row) for row in rows}) > 1:
             raise ValueError(f"{where}: rows of different lengths {sorted({len(row) for row in rows})}")
-        return cls(
-            tp=int(data["tp"]),
-            mode=str(data["mode"]),
-            step=str(data["step"]),
-            shape=tuple(int(d) for d in data["shape"]),
-            block=int(data["block"]),
-            errors=rows,
-        )
+        return super().from_dict(data)
