@@ -233,7 +233,7 @@ class StepComparison:
 
 
 @dataclass(frozen=True)
-class CaptureSide:
+class CaptureSide(JsonRecord):
     """What identifies one side of a diff (no tensors)."""
 
     engine: str
@@ -247,13 +247,6 @@ class CaptureSide:
     def of(cls, capture: Capture) -> CaptureSide:
         m = capture.manifest
         return cls(m.engine.name, m.engine.version, m.tp_size, m.layer, m.mode, len(m.tokens))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CaptureSide:
-        return cls(**{k: data[k] for k in ("engine", "engine_version", "tp_size", "layer", "mode", "tokens")})
 
 
 @dataclass(frozen=True)

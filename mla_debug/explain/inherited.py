@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .._json_numbers import float_from_json, float_to_json
+from .._json_records import JsonRecord
 from ..capture import Capture, TensorRole
 from ..capture.context import CONTEXT_INPUT
 from ..capture.gather import max_abs_diff
@@ -27,7 +27,7 @@ from ..numerics import rel_l2
 
 
 @dataclass(frozen=True)
-class InputDifference:
+class InputDifference(JsonRecord):
     """b's layer input (and the context rows its keys came from) against a's: identical bytes, or how far
     apart (relative L2 and max |b - a| of the kept rows' input)."""
 
@@ -36,24 +36,10 @@ class InputDifference:
     max_abs: float = 0.0
     context_identical: bool = True
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "identical": self.identical,
-            "rel_err": float_to_json(self.rel_err),
-            "max_abs": float_to_json(self.max_abs),
-            "context_identical": self.context_identical,
-        }
-
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> InputDifference | None:
-        if data is None:
-            return None
-
-        def number(key: str) -> float:
-            value = float_from_json(data.get(key), f"layer input: {key}")
-            return math.nan if value is None else value
-
-        return cls(bool(data["identical"]), number("rel_err"), number("max_abs"), bool(data.get("context_identical", True)))
+        """None for a diff that recorded no layer input."""
+        return None if data is None else super().from_dict(data)
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:

@@ -128,7 +128,7 @@ class LayerComparison:
 
 
 @dataclass(frozen=True)
-class ScanSide:
+class ScanSide(JsonRecord):
     """What identifies one side of a scan comparison (no tensors)."""
 
     engine: str
@@ -143,13 +143,6 @@ class ScanSide:
     def of(cls, scan: Scan) -> ScanSide:
         m = scan.manifest
         return cls(m.engine, m.engine_version, m.tp_size, len(m.layers), len(m.tokens), scan.path, m.note)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ScanSide:
-        return cls(**{k: data[k] for k in ("engine", "engine_version", "tp_size", "layers", "tokens", "path", "note")})
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from .._json_records import JsonRecord
+
 
 class TruthSource(str, Enum):
     CHECKPOINT = "checkpoint"  # the checkpoint passed (checkpoint=)
@@ -29,7 +31,7 @@ class TruthSource(str, Enum):
 
 
 @dataclass(frozen=True)
-class Truth:
+class Truth(JsonRecord):
     """The weights taken as right, and the weights two captures disagree on without a checkpoint to decide."""
 
     source: TruthSource
@@ -45,16 +47,12 @@ class Truth:
         """Whether there are weights to judge by at all."""
         return self.source not in (TruthSource.UNDECIDED, TruthSource.NONE)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Truth:
+        """A result saved before the truth was recorded (schema 1) has none: UNRECORDED."""
+        return cls(TruthSource.UNRECORDED) if data is None else super().from_dict(data)
+
     def swapped(self) -> Truth:
         """The same truth seen from a diff whose sides are swapped."""
         other = {TruthSource.SIDE_A: TruthSource.SIDE_B, TruthSource.SIDE_B: TruthSource.SIDE_A}
         return Truth(other.get(self.source, self.source), self.disputed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source.value, "disputed": list(self.disputed)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Truth:
-        if data is None:
-            return cls(TruthSource.UNRECORDED)
-        return cls(TruthSource(data["source"]), tuple(data.get("disputed", ())))

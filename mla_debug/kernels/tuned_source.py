@@ -14,10 +14,10 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from .._json_records import JsonRecord
 from .._str_enum import StrEnum
 from .tuned_shapes import AITER_COMMIT
 
@@ -35,7 +35,7 @@ class TableOrigin(StrEnum):
 
 
 @dataclass(frozen=True)
-class TableSource:
+class TableSource(JsonRecord):
     """One tuned table's source: its origin, the files read (in merge order) and the aiter release or
     commit the data stands for."""
 
@@ -53,19 +53,6 @@ class TableSource:
         if self.origin is TableOrigin.INSTALLED_AITER:
             return f"installed aiter {self.aiter_version or '(version unknown)'}: {where}"
         return where
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["origin"] = self.origin.value
-        out["files"] = list(self.files)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TableSource:
-        data = dict(data)
-        data["origin"] = TableOrigin(data["origin"])
-        data["files"] = tuple(data.get("files", ()))
-        return cls(**data)
 
     @classmethod
     def embedded(cls) -> TableSource:

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import platform as _platform
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from .._json_records import JsonRecord
 from .positions import TokenPositions
 
 
 @dataclass(frozen=True)
-class WeightsSource:
+class WeightsSource(JsonRecord):
     """Synthetic weights (with their seed) or a checkpoint (where it was read, which layer); `recipe`
     (`WeightRecipe.to_dict()`) when a dense checkpoint was block-quantized here before the triage."""
 
@@ -42,7 +43,7 @@ class WeightsSource:
 
 
 @dataclass(frozen=True)
-class Provenance:
+class Provenance(JsonRecord):
     """Everything needed to re-run a triage and to judge its numbers."""
 
     mla_debug_version: str
@@ -65,15 +66,6 @@ class Provenance:
     tuned_table_source: dict[str, Any] | None = None
     # TokenPositions.to_dict() of the tokens (None in reports written before positions were recorded: 0..).
     positions: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Provenance:
-        data = dict(data)
-        data["weights"] = WeightsSource(**data["weights"])
-        return cls(**data)
 
     def line(self) -> str:
         """One line for a terminal: weights, inputs, yardsticks, versions."""
