@@ -144,3 +144,48 @@ def test_a_union_of_plain_types_keeps_the_type_json_gave():
 def test_a_value_without_a_json_form_is_refused():
     with pytest.raises(TypeError, match="no JSON form for a set"):
         to_json({1, 2})
+
+
+def _records() -> list[type]:
+    """Every JsonRecord in the package (every module imported; gpu/ needs Triton and holds none)."""
+    import importlib
+    import pkgutil
+
+    import mla_debug
+
+    for info in pkgutil.walk_packages(mla_debug.__path__, "mla_debug."):
+        if ".gpu" not in info.name and not info.name.startswith("mla_debug.cli.__main__"):
+            importlib.import_module(info.name)
+    found, todo = [], list(JsonRecord.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return [c for c in found if c.__module__.startswith("mla_debug.")]
+
+
+def _readable(annotation) -> bool:
+    """Whether `from_json` has a rule for every type inside `annotation`."""
+    import enum
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation in (Any, bool, int, float, str, type(None), tuple, list, dict) or origin is Literal:
+        return True
+    if origin in (typing.Union, types.UnionType, tuple, list, dict):
+        return all(a is Ellipsis or _readable(a) for a in args)
+    return isinstance(annotation, type) and (issubclass(annotation, enum.Enum) or hasattr(annotation, "from_dict"))
+
+
+def test_every_record_in_the_package_can_be_read_back_by_its_annotations():
+    import dataclasses
+    import typing
+
+    records = _records()
+    assert len(records) >= 30, [c.__name__ for c in records]
+    for cls in records:
+        assert dataclasses.is_dataclass(cls), f"{cls.__name__} is a JsonRecord but no dataclass"
+        hints = typing.get_type_hints(cls)  # a name imported only for type checkers fails here, not in a user's read
+        unreadable = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init and not _readable(hints[f.name])}
+        assert not unreadable, f"{cls.__module__}.{cls.__name__}: no JSON rule for {unreadable}"
