@@ -115,7 +115,10 @@ def from_json(annotation: Any, value: Any, where: str) -> Any:
             allowed = ", ".join(repr(m.value) for m in annotation)
             raise ValueError(f"{where}: {value!r} is not one of {allowed}") from None
     if hasattr(annotation, "from_dict"):
-        return annotation.from_dict(value)
+        try:
+            return annotation.from_dict(value)
+        except ValueError as error:  # say where in the document the nested record sits
+            raise ValueError(f"{where}: {error}") from None
     raise TypeError(f"{where}: no JSON rule for the annotation {annotation!r}")
 
 

@@ -122,8 +122,8 @@ def test_nested_and_shaped_values_are_checked_where_they_sit():
         Outer.from_dict({**good, "shape": [1]})
     with pytest.raises(ValueError, match=r"Outer.verdict: 'maybe' is not one of 'ok', 'diverged'"):
         Outer.from_dict({**good, "verdict": "maybe"})
-    with pytest.raises(ValueError, match=r"Inner.colour"):
-        Outer.from_dict({**good, "inners": [{"name": "a", "colour": "pink"}]})
+    with pytest.raises(ValueError, match=r"^Outer.inners\[1\]: Inner.colour: 'pink' is not one of"):
+        Outer.from_dict({**good, "inners": [{"name": "a", "colour": "red"}, {"name": "b", "colour": "pink"}]})
     with pytest.raises(ValueError, match=r"Outer.err: 'many' is not a number"):
         Outer.from_dict({**good, "err": "many"})
 
