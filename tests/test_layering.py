@@ -13,7 +13,7 @@ gpu/ (everything that imports triton) is reached only through the kernels and no
 launch it (`GPU_LAUNCHERS`), and no package has an import circle inside it: a module that its own
 imports lead back to cannot be read, tested or moved alone. real_aiter/ (the loader of AMD's own aiter code) imports nothing of the library, so it sits at
 the bottom: the tuned tables, gpu/'s launches of aiter's Triton kernels and the tests build on it. The
-package's private helpers (`_callable_package`, `_checks`, `_files`, `_json_numbers`, `_json_records`, `_memory`, `_progress`, `_stdio`, `_str_enum`,
+package's private helpers (`_callable_package`, `_checks`, `_files`, `_json_numbers`, `_json_records`, `_memory`, `_rank_exit`, `_progress`, `_stdio`, `_str_enum`,
 `_version`) sit under everything, and the package root (`mla_debug/__init__.py`, the public surface) over everything;
 neither is a layer here.
 """
@@ -48,7 +48,7 @@ LAYERS: list[set[str]] = [
     {"numerics", "implementations"},
     {"real_aiter"},
 ]
-PRIVATE = {"_callable_package", "_checks", "_files", "_json_numbers", "_json_records", "_memory", "_progress", "_stdio", "_str_enum", "_version"}
+PRIVATE = {"_callable_package", "_checks", "_files", "_json_numbers", "_json_records", "_memory", "_rank_exit", "_progress", "_stdio", "_str_enum", "_version"}
 # Imported only inside functions below viz (so a CPU-only or headless install imports the package).
 HEAVY = ("pandas", "plotly", "matplotlib", "triton")
 

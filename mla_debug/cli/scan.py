@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from .._rank_exit import leave_rank
 from .common import add_actions, add_command
 
 
@@ -77,18 +78,8 @@ def run_scan(args: argparse.Namespace) -> int:
     with scan(model, args.out, note=args.note) as recorded, torch.no_grad():
         model(ids)
     print(f"scan written: {recorded.path} ({len(recorded.layers)} layers, {ids.shape[1]} tokens)")
-    _end_process_group()
+    leave_rank(0)  # under torchrun: exit here, past the shutdown abort gloo can hit (see _rank_exit)
     return 0
-
-
-def _end_process_group() -> None:
-    """Destroy the process group transformers opened under torchrun: left to interpreter exit, gloo's
-    worker threads can abort the rank (SIGABRT, "terminate called without an active exception"; the
-    shutdown hazard pytorch/pytorch PR #179291 describes), failing a scan that was already written."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def run_show(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ import transformers
 from capture_models import KEPT, LAYER, input_ids
 
 import mla_debug as md
+from mla_debug._rank_exit import leave_rank
 
 ATTENTION_PLAN = {
     f"model.layers.*.self_attn.{name}": style
@@ -92,10 +93,7 @@ def main() -> None:
         with torch.no_grad():
             for local, clean in planted:
                 local.copy_(clean)
-    # Left to interpreter exit, gloo's worker threads can abort rank 0 (SIGABRT, "terminate called without
-    # an active exception"; pytorch/pytorch PR #179291): a run that succeeded would fail intermittently.
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    leave_rank(0)  # every rank's output is written: exit past gloo's shutdown abort (mla_debug/_rank_exit.py)
 
 
 if __name__ == "__main__":

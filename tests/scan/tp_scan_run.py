@@ -22,6 +22,7 @@ import transformers
 from scan_models import input_ids, plant_defect
 
 import mla_debug as md
+from mla_debug._rank_exit import leave_rank
 
 ATTENTION_PLAN = {
     f"model.layers.*.self_attn.{name}": style
@@ -79,10 +80,7 @@ def main() -> None:
             model(input_ids())
     if dumper is not None:
         dumper.step()
-    # Left to interpreter exit, gloo's worker threads can abort rank 0 (SIGABRT, "terminate called without
-    # an active exception"; pytorch/pytorch PR #179291): a run that succeeded would fail intermittently.
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    leave_rank(0)  # every rank's output is written: exit past gloo's shutdown abort (mla_debug/_rank_exit.py)
 
 
 if __name__ == "__main__":
