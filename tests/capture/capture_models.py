@@ -3,16 +3,12 @@ eager attention), saved as a Hugging Face folder so torchrun ranks load it the w
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import torch
+from torchrun_launch import run_torchrun as run_torchrun_script
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 TP_SCRIPT = HERE / "tp_capture_run.py"
 LAYER = 1  # the second decoder layer: its input is a real hidden state, not an embedding
 TOKENS = 12
@@ -73,16 +69,4 @@ def run_torchrun(
 ) -> None:
     """Capture layer LAYER at `tp_size` through transformers' own tensor parallelism (gloo on CPU);
     `extra` are tp_capture_run.py's options (--layers, --plant)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={tp_size}",
-        str(TP_SCRIPT), str(model_dir), str(out), tokens, *extra,
-    ]
-    with tempfile.TemporaryDirectory(prefix="mla-debug-torchrun-") as tmp:  # torchrun's log folders go there
-        done = subprocess.run(command, env={**env, "TMPDIR": tmp}, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise AssertionError(f"torchrun at TP{tp_size} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    run_torchrun_script(TP_SCRIPT, tp_size, str(model_dir), str(out), tokens, *extra, timeout=timeout)

@@ -3,17 +3,11 @@ rank's output arrives, the status chosen is the one torchrun sees, and nothing a
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
 import pytest
+from torchrun_launch import torchrun
 
 from mla_debug._rank_exit import leave_rank
 
-REPO = Path(__file__).resolve().parents[2]
 RANK_SCRIPT = """
 import sys
 import torch.distributed as dist
@@ -26,18 +20,11 @@ print("after leave_rank")
 """
 
 
-def _torchrun(script: Path, status: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), str(status)]
-    with tempfile.TemporaryDirectory(prefix="mla-debug-torchrun-") as tmp:  # torchrun's log folders go there
-        return subprocess.run(command, env={**env, "TMPDIR": tmp, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=180)
-
-
 @pytest.mark.parametrize("status", [0, 3])
 def test_every_rank_leaves_with_its_output_flushed_and_the_status_it_chose(tmp_path, status):
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    done = _torchrun(script, status)
+    done = torchrun(script, 2, str(status), timeout=180)
     assert ("rank 0 wrote its output" in done.stdout) and ("rank 1 wrote its output" in done.stdout), done.stderr[-3000:]
     assert "after leave_rank" not in done.stdout
     assert (done.returncode == 0) == (status == 0), done.stderr[-3000:]

@@ -10,7 +10,8 @@ from pathlib import Path
 import engine_wheels
 import pytest
 import sglang_package
-from scan_models import DEFECT_LAYER, TP_SCRIPT, Run, run_torchrun, save_tiny_model
+from scan_models import DEFECT_LAYER, TP_SCRIPT, Run, save_tiny_model
+from torchrun_launch import run_torchrun
 
 
 @pytest.fixture(scope="session")

@@ -6,17 +6,12 @@ a plain matrix by nn.Linear - a loader's relayout applied to one layer."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 TP_SCRIPT = HERE / "tp_scan_run.py"
 LAYERS = 5
 DEFECT_LAYER = 2  # a middle layer: two clean layers before it, two after
@@ -81,23 +76,3 @@ def plant_defect(model, layer: int) -> None:
     local = weight.to_local() if type(weight).__name__ == "DTensor" else weight
     with torch.no_grad():
         local.copy_(md.shuffle_weight(local.detach().clone()))
-
-
-def run_torchrun(
-    script: Path | str, tp_size: int, *args: str, paths: tuple[str, ...] = (), timeout: float = 300
-) -> str:
-    """Run `script` (a file, or a module name run as with ``-m``) under torchrun at `tp_size` ranks (gloo on
-    CPU), with `paths` also on PYTHONPATH; returns its stdout."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), str(HERE), *paths, os.environ.get("PYTHONPATH")])),
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={tp_size}"]
-    command += [str(script)] if isinstance(script, Path) else ["-m", script]
-    command += args
-    with tempfile.TemporaryDirectory(prefix="mla-debug-torchrun-") as tmp:  # torchrun's log folders go there
-        done = subprocess.run(command, env={**env, "TMPDIR": tmp}, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise AssertionError(f"torchrun {getattr(script, 'name', script)} at TP{tp_size} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
-    return done.stdout

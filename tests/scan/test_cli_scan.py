@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from scan_models import DEFECT_LAYER, dumped, run_torchrun, save_tiny_model
+from scan_models import DEFECT_LAYER, dumped, save_tiny_model
+from torchrun_launch import run_torchrun
 
 import mla_debug as md
 from mla_debug.cli.main import main
@@ -39,7 +40,7 @@ def test_scan_run_and_show(tmp_path, capsys):
 
 def test_scan_run_under_torchrun_writes_every_rank_and_ends_cleanly(tmp_path):
     """`mla-debug scan run --tp-plan auto` under torchrun, as docs/capture.md gives it: every rank writes its
-    folder and the command ends with status 0 (it closes the process group transformers opened)."""
+    folder and the command ends with status 0 (each rank leaves through `leave_rank`)."""
     model = save_tiny_model(tmp_path / "model", dtype=torch.float32, layers=2)
     out = run_torchrun(
         "mla_debug.cli", 2, "scan", "run", str(model), str(tmp_path / "scan"), "--tp-plan", "auto", "--length", "8"
