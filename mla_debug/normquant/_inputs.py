@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -196,72 +194,3 @@ def validate_inputs(
         flavor=flavor_value,
         gemma_norm=bool(gemma_norm),
     )
-
-
-def _named_like(entry: Callable, impl: Callable) -> Callable:
-    """`entry` under `impl`'s name and docstring (not functools.wraps: the signature shown must be entry's)."""
-    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(entry, attr, getattr(impl, attr))
-    return entry
-
-
-def norm_quant_op(op: str, flavor: str = "aiter") -> Callable:
-    """The public form of one unfused norm + quant path, with the arguments of aiter's
-    ``fused_qk_rmsnorm_group_quant`` (the fused op itself, `reference.fused_qk_rmsnorm_group_quant`, adds
-    its ``backend``): the call is validated into `NormQuantArgs` and handed to
-    ``impl(args, return_unquantized)``; `flavor` is the path's default quant flavor."""
-
-    def wrap(impl: Callable[..., Any]) -> Callable[..., Any]:
-        def entry(
-            q: torch.Tensor,
-            q_weight: torch.Tensor,
-            q_eps: float,
-            k: torch.Tensor | None = None,
-            k_weight: torch.Tensor | None = None,
-            k_eps: float | None = None,
-            residual: torch.Tensor | None = None,
-            group_size: int = 128,
-            transpose_scale: bool = False,
-            fmt: Fp8Format | torch.dtype | str = "e4m3fn",
-            flavor: QuantFlavor | str = flavor,
-            gemma_norm: bool = False,
-            return_unquantized: bool = False,
-        ):
-            args = validate_inputs(
-                op, q, q_weight, q_eps, k, k_weight, k_eps, residual, group_size, transpose_scale, fmt, flavor, gemma_norm
-            )
-            return impl(args, bool(return_unquantized))
-
-        return _named_like(entry, impl)
-
-    return wrap
-
-
-def v4_norm_quant_op(op: str) -> Callable:
-    """The public form of one DeepSeek-V4 pre-fusion path (qr and kv normalized together, no residual):
-    validated into `NormQuantArgs` and handed to ``impl(args)``."""
-
-    def wrap(impl: Callable[[NormQuantArgs], Any]) -> Callable[..., Any]:
-        def entry(
-            q: torch.Tensor,
-            q_weight: torch.Tensor,
-            q_eps: float,
-            k: torch.Tensor,
-            k_weight: torch.Tensor,
-            k_eps: float | None = None,
-            group_size: int = 128,
-            transpose_scale: bool = False,
-            fmt: Fp8Format | torch.dtype | str = "e4m3fn",
-            flavor: QuantFlavor | str = "aiter",
-            gemma_norm: bool = False,
-        ):
-            if k is None:
-                raise ValueError(f"{op}: k is required (DeepSeek-V4 normalizes kv together with qr)")
-            args = validate_inputs(
-                op, q, q_weight, q_eps, k, k_weight, k_eps, None, group_size, transpose_scale, fmt, flavor, gemma_norm
-            )
-            return impl(args)
-
-        return _named_like(entry, impl)
-
-    return wrap

@@ -13,7 +13,8 @@ Both functions take the arguments of their torch counterparts and validate them 
 from __future__ import annotations
 
 from ..gpu.normquant import launch, support
-from ._inputs import NormQuantArgs, norm_quant_op, v4_norm_quant_op
+from ._inputs import NormQuantArgs
+from .entries import norm_quant_op, v4_norm_quant_op
 from .reference import NormQuantResult
 from .triton_fused import quantized_activation
 from .unfused import V4UnfusedResult

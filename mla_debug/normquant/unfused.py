@@ -17,7 +17,8 @@ from typing import NamedTuple
 import torch
 
 from ..layouts import QuantizedActivation
-from ._inputs import NormQuantArgs, norm_quant_op, v4_norm_quant_op
+from ._inputs import NormQuantArgs
+from .entries import norm_quant_op, v4_norm_quant_op
 from .reference import NormQuantResult, normalize_k, quantize_normed
 from .rmsnorm import rmsnorm_fp32
 

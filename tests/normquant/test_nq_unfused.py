@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import pytest
@@ -15,6 +16,7 @@ from mla_debug.normquant import (
     fused_qk_rmsnorm_group_quant,
     norm_then_quant,
     norm_then_quant_for_v4,
+    triton_norm_then_quant,
 )
 from mla_debug.numerics import fp8_ulp_distance
 
@@ -101,3 +103,29 @@ def test_fp16_subnormals_can_move_more_than_one_ulp():
     distance = fp8_ulp_distance(fused.data, unfused.data)
     assert distance[0, 72].item() == 2.0 and outside > 0
     assert fused.data[0, 72].float().item() == 2.0**-8 and unfused.data[0, 72].float().item() == 0.0
+
+
+def test_the_unfused_paths_take_the_fused_ops_arguments():
+    fused = inspect.signature(fused_qk_rmsnorm_group_quant).parameters
+    for path, flavor in (
+        (norm_then_quant, "aiter"),
+        (aiter_test_reference, "aiter"),
+        (triton_norm_then_quant, "aiter"),
+    ):
+        params = inspect.signature(path).parameters
+        assert list(params) == [name for name in fused if name != "backend"], path.__name__
+        assert params["flavor"].default == flavor and fused["flavor"].default == "aiter-fused"
+        assert all(params[n].default == fused[n].default for n in params if n != "flavor"), path.__name__
+    v4 = inspect.signature(norm_then_quant_for_v4).parameters
+    assert list(v4) == [n for n in fused if n not in ("backend", "residual", "return_unquantized")]
+    assert v4["k"].default is inspect.Parameter.empty and v4["k_weight"].default is inspect.Parameter.empty
+
+
+def test_a_call_that_does_not_fit_the_arguments_names_the_path():
+    case = make_case(m=2, n1=128, n2=128, seed=33)
+    with pytest.raises(TypeError, match=r"^norm_then_quant: missing a required argument: 'q_eps'"):
+        norm_then_quant(case.q, case.q_weight)
+    with pytest.raises(TypeError, match=r"^norm_then_quant_for_v4: got an unexpected keyword argument 'residual'"):
+        norm_then_quant_for_v4(case.q, case.q_weight, 1e-6, case.k, case.k_weight, residual=case.q)
+    with pytest.raises(TypeError, match=r"^aiter_test_reference: got an unexpected keyword argument 'backend'"):
+        aiter_test_reference(**case.kwargs(), backend="torch")
