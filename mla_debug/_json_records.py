@@ -4,7 +4,8 @@ A record writes each field under its own name, in field order: enums as their va
 nested records as their own data, floats through `float_to_json` (NaN and Inf spelled out). It reads
 each field back by its annotation, so the dataclass is the schema and there is no second list of keys
 to keep in step with it. A key an older file lacks reads as the field's default; a record names the
-keys older files may lack that have no default in `_json_missing`. A value that does not fit its
+keys older files may lack that have no default in `_json_missing`; a record written by hand sets
+`_json_strict`, and a key that is none of its fields is refused. A value that does not fit its
 annotation is a ValueError naming the record, the field and what was expected. A union of plain types
 (a setting's bool | int | float | str) keeps the type JSON gave, so there a string stays a string even
 where it spells a float ("nan").
@@ -28,6 +29,9 @@ class JsonRecord:
 
     # Fields without a default that files written before them lack, and the value read in their place.
     _json_missing: ClassVar[dict[str, Any]] = {}
+    # True for a record people write by hand (a name map file): a key that is no field is refused, a
+    # typo must not pass as a default. Reports keep False, so a newer file's extra keys still read.
+    _json_strict: ClassVar[bool] = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data; `from_dict` gives an equal record back."""
@@ -62,6 +66,11 @@ def record_from_json(cls: type, data: Any):
         raise ValueError(f"{name}: expected a JSON object, got {type(data).__name__} {data!r:.80}")
     hints = _hints(cls)
     missing_ok = getattr(cls, "_json_missing", {})
+    if getattr(cls, "_json_strict", False):
+        known = [f.name for f in dataclasses.fields(cls) if f.init]
+        unknown = [str(k) for k in data if k not in known]
+        if unknown:
+            raise ValueError(f"{name}: unknown key(s) {', '.join(unknown)}; the keys are {', '.join(known)}")
     values = {}
     for f in dataclasses.fields(cls):
         if not f.init:

@@ -17,9 +17,8 @@ tag ``layer_id`` is N (l.658). Core fields are dumped under their bare name inst
 ``positions`` (SGLang plugin, l.1804) and ``position_ids`` (l.1903). ``dump_model`` names parameters
 ``param__<parameter path>`` (l.322-334).
 
-Module paths under the attention module are read with mla_debug's name maps (`names.sglang`,
-`names.transformers`, `names.vllm`, each citing its release): ``fused_qkv_a_proj_with_mqa`` is SGLang's
-fused q_a/kv_a linear, ``q_b_proj`` its q up-projection, and so on. The attention module itself is
+Module paths under the attention module are read with mla_debug's name maps (data/engines/names/, each
+citing its release): ``fused_qkv_a_proj_with_mqa`` is SGLang's fused q_a/kv_a linear, ``q_b_proj`` its q up-projection, and so on. The attention module itself is
 called with keywords (SGLang: srt/models/deepseek_v2.py l.2815, ``positions=..., hidden_states=...``;
 transformers: ``hidden_states=...``), so its input is ``...self_attn.inputs.hidden_states`` and its output
 ``...self_attn.output`` (transformers' eager attention also returns its weights: ``output.0``).
@@ -34,6 +33,7 @@ from . import canonical as canon
 from .names import LINEAR_TENSORS, NameMap, builtin_maps
 
 RELEASE = "sglang 0.5.23"
+SGLANG_MAP = "sglang-0.5.23"  # the name map of the release whose dumper this reads and writes
 NON_INTRUSIVE_PREFIX = "non_intrusive__"  # dumper.py l.657
 PARAM_PREFIX = "param__"  # dumper.py l.322-334
 POSITION_NAMES = ("positions", "position_ids")  # core fields, dumper.py l.1804, l.1903
@@ -125,8 +125,7 @@ def all_maps() -> list[NameMap]:
 def export_name(canonical: str, layer: int, attention_path: str = "model.layers.{layer}.self_attn") -> str:
     """The dump name SGLang's dumper gives `canonical` of `layer` in SGLang's DeepSeek model (the SGLang
     map's module path; a module SGLang does not have keeps its canonical name as its path)."""
-    from .names.sglang import SGLANG_0_5_23
-
+    sglang = builtin_maps()[SGLANG_MAP]
     base = attention_path.format(layer=layer)
     if canonical == canon.POSITIONS:
         return "positions"
@@ -138,7 +137,7 @@ def export_name(canonical: str, layer: int, attention_path: str = "model.layers.
     module = canon.MODULES.get(op) or next((m for m in canon.MODULES.values() if m.op == op), None)
     if module is None:
         raise ValueError(f"export: {canonical!r} is not a canonical op tensor")
-    path = next((e.path for e in SGLANG_0_5_23.modules if e.canonical == module.name), module.name)
+    path = next((e.path for e in sglang.modules if e.canonical == module.name), module.name)
     if suffix in ("input", "output"):
         return f"{NON_INTRUSIVE_PREFIX}{base}.{path}.{'inputs.0' if suffix == 'input' else 'output'}"
     return f"{PARAM_PREFIX}{base}.{path}.{suffix}"

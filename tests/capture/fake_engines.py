@@ -1,6 +1,6 @@
 """Module trees shaped like vLLM 0.33.0's and SGLang 0.5.23's DeepSeek MLA attention, for the recipe
 tests (neither engine runs here). Attribute names, call signatures and the layouts of the derived
-weights are the engines' (mla_debug/capture/names/vllm.py and names/sglang.py cite them); the math is
+weights are the engines' (data/engines/names/vllm-0.33.yaml and sglang-0.5.23.yaml cite them); the math is
 a plain absorbed MLA forward without RoPE, enough to give every hooked op real inputs and outputs.
 Weights are an mla_debug synthetic FP8 checkpoint, sharded like the engines shard them.
 """

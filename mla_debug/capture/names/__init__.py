@@ -4,21 +4,19 @@ A `NameMap` is data read from an engine's released source: which attention class
 attribute path (relative to that attention module) of each canonical module and of each derived weight,
 how the attention module is called (which argument holds the hidden states and the positions), and
 whether its row-parallel output is already all-reduced when its module returns. The maps for
-transformers, vLLM (0.33, and 0.32's CPU build) and SGLang live in `transformers`, `vllm`, `vllm_cpu`,
-`sglang` beside this file; a user's own
-tree is described with a plain dict (`user_map`).
+transformers (DeepSeek-V3 and V3.2), vLLM (0.33, and 0.32's CPU build) and SGLang 0.5.23 are files,
+``data/engines/names/<key>.yaml`` (`files`); a user's own tree is described by a file of the same form
+or by a plain dict (`user_map`).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 
 from ..canonical import DERIVED, DERIVED_SCALES, MODULES
+from .files import SUFFIXES, read_name_map, shipped_maps
 from .name_map import FLAG_ATTRS, LINEAR_TENSORS, Argument, DerivedName, ModuleName, NameMap
-from .sglang import SGLANG_0_5_23
-from .transformers import TRANSFORMERS_DEEPSEEK_V3, TRANSFORMERS_DEEPSEEK_V32
-from .vllm import VLLM_0_33
-from .vllm_cpu import VLLM_0_32_CPU
 
 __all__ = [
     "FLAG_ATTRS",
@@ -29,6 +27,7 @@ __all__ = [
     "NameMap",
     "builtin_maps",
     "map_for_class",
+    "read_name_map",
     "resolve_map",
     "user_map",
 ]
@@ -76,8 +75,8 @@ def user_map(mapping: dict[str, str], *, engine: str = "user", hidden_arg: Argum
 
 
 def builtin_maps() -> dict[str, NameMap]:
-    maps = (TRANSFORMERS_DEEPSEEK_V3, TRANSFORMERS_DEEPSEEK_V32, VLLM_0_33, VLLM_0_32_CPU, SGLANG_0_5_23)
-    return {m.key: m for m in maps}
+    """The shipped name maps by key (``data/engines/names/``)."""
+    return shipped_maps()
 
 
 def _installed(distribution: str) -> bool:
@@ -89,12 +88,15 @@ def _installed(distribution: str) -> bool:
 
 
 def map_for_class(class_name: str) -> NameMap:
-    """The built-in map that recognizes an attention module of class `class_name`; where several builds of
-    one engine share the class, the one whose distribution is installed in this process (else the first:
-    a module tree shaped like the engine's without the engine)."""
+    """The built-in map that recognizes an attention module of class `class_name`. Where several builds of
+    one engine share the class, a map tied to a distribution is the one when that distribution is
+    installed in this process; otherwise a map tied to none (a module tree shaped like the engine's
+    without the engine)."""
     found = [m for m in builtin_maps().values() if class_name in m.attention_classes]
     if found:
-        return next((m for m in found if m.distribution is not None and _installed(m.distribution)), found[0])
+        installed = [m for m in found if m.distribution is not None and _installed(m.distribution)]
+        untied = [m for m in found if m.distribution is None]
+        return (installed or untied or found)[0]
     known = {m.key: m.attention_classes for m in builtin_maps().values()}
     raise ValueError(
         f"no built-in name map knows attention class {class_name!r} (known: {known}); pass names=<one of "
@@ -102,19 +104,24 @@ def map_for_class(class_name: str) -> NameMap:
     )
 
 
-def resolve_map(names: NameMap | dict | str | None, attention_class: str | None = None) -> NameMap:
-    """`names` as a NameMap: a map, a built-in map's key, a user dict, or None (pick by class)."""
+def resolve_map(names: NameMap | dict | str | os.PathLike | None, attention_class: str | None = None) -> NameMap:
+    """`names` as a NameMap: a map, a built-in map's key, a map file (``*.yaml``), a user dict, or None
+    (pick by class)."""
     if isinstance(names, NameMap):
         return names
     if isinstance(names, dict):
         return user_map(names)
+    if isinstance(names, os.PathLike) or (isinstance(names, str) and names.lower().endswith(SUFFIXES)):
+        return read_name_map(names)
     if isinstance(names, str):
         maps = builtin_maps()
         if names not in maps:
-            raise ValueError(f"unknown name map {names!r}; built-in: {sorted(maps)}")
+            raise ValueError(f"unknown name map {names!r}; built-in: {sorted(maps)}, or a map file (*.yaml)")
         return maps[names]
     if names is None:
         if attention_class is None:
             raise ValueError("a name map is needed: pass names=<key, dict or NameMap>")
         return map_for_class(attention_class)
-    raise TypeError(f"names must be a NameMap, a dict, a built-in map's key or None, got {type(names).__name__}")
+    raise TypeError(
+        f"names must be a NameMap, a dict, a built-in map's key, a map file or None, got {type(names).__name__}"
+    )

@@ -1,11 +1,13 @@
 """The types of a module-name map: where an attention module keeps each canonical module and derived
-weight, and how it is called."""
+weight, and how it is called. A map is written by hand (``data/engines/names/*.yaml``, or a user's own
+file), so its records refuse keys they do not have."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from ..._json_records import JsonRecord
 from ..canonical import DERIVED, DERIVED_SCALES, MODULES
 
 # Engine attributes copied into a captured tensor's attrs, looked up on the tensor and on its module.
@@ -29,8 +31,10 @@ LINEAR_TENSORS = {
 
 
 @dataclass(frozen=True)
-class ModuleName:
+class ModuleName(JsonRecord):
     """`path` (dotted, relative to the attention module) holds the canonical module `canonical`."""
+
+    _json_strict: ClassVar[bool] = True  # written by hand: an unknown key is refused
 
     path: str
     canonical: str
@@ -41,11 +45,13 @@ class ModuleName:
 
 
 @dataclass(frozen=True)
-class DerivedName:
+class DerivedName(JsonRecord):
     """`path` (dotted, relative to the attention module) holds the derived tensor `canonical` (W_UK,
     W_UV or one of their scales); `axes` names its dims as the engine keeps it (e.g.
     "heads,nope,latent"), `head_dim` is the dim that holds the heads, `layout` the re-layout the engine
     gave its bytes ("vnni": `layouts.vnni`; "" for plain)."""
+
+    _json_strict: ClassVar[bool] = True  # written by hand: an unknown key is refused
 
     path: str
     canonical: str
@@ -61,8 +67,10 @@ class DerivedName:
 
 
 @dataclass(frozen=True)
-class Argument:
+class Argument(JsonRecord):
     """A forward argument, by keyword or by position."""
+
+    _json_strict: ClassVar[bool] = True  # written by hand: an unknown key is refused
 
     keyword: str
     position: int | None = None
@@ -80,8 +88,10 @@ def argument_value(arg: Argument | None, args: tuple, kwargs: dict) -> Any:
 
 
 @dataclass(frozen=True)
-class NameMap:
+class NameMap(JsonRecord):
     """Where one engine's module tree keeps one MLA layer, with the source it was read from."""
+
+    _json_strict: ClassVar[bool] = True  # written by hand: an unknown key is refused
 
     key: str
     engine: str
