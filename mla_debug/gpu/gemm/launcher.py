@@ -557,16 +557,14 @@ def triton_block_scaled_mm(
     return out
 
 
+# The compile-time tiling arguments the Triton kernel and the Gluon kernel share (the split of K, the
+# staggered K start, the tile and the tile grouping): each is the LaunchConfig field of its name in lower case.
+TILE_FIELDS = ("split_k", "stagger", "block_m", "block_n", "group_m")
+
+
 def tile_constants(cfg: LaunchConfig) -> dict[str, int | bool]:
-    """The compile-time tiling arguments the Triton kernel and the Gluon kernel share: the split of K, the
-    staggered K start, the tile and the tile grouping."""
-    return dict(
-        SPLIT_K=cfg.split_k,
-        STAGGER=cfg.stagger,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        GROUP_M=cfg.group_m,
-    )
+    """The kernels' tiling constexprs for `cfg` (`TILE_FIELDS`, upper-cased as the kernels name them)."""
+    return {name.upper(): getattr(cfg, name) for name in TILE_FIELDS}
 
 
 def gluon_constants(cfg: LaunchConfig, k: int, shuffled: bool = True) -> dict[str, int | bool]:
