@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import gzip as _gzip
+import inspect
 import json
 import os
 import platform as _platform
@@ -261,38 +262,48 @@ class ProfileSession:
         return load_trace(self.folder)
 
 
-def profile(
-    fn: Callable | None = None,
-    *args,
-    out_dir: str | os.PathLike = "profiles",
-    run_id: str | None = None,
-    metadata: dict | None = None,
-    gzip: bool = True,
-    record_shapes: bool = True,
-    with_cuda: bool | str = "auto",
-    **kwargs,
-):
+def profile(fn: Callable | None = None, *args, **kwargs):
     """Profile `fn(*args, **kwargs)` (returns ``(result, session)``), or, without fn, a ``with`` block.
 
     >>> run, session = md.profile(md.run_layer, cfg, ckpt, hidden, positions, tp_size=4, mode="decode")
     >>> with md.profile(out_dir="profiles", metadata={"scenario": "vllm-pr51692"}) as session: ...
 
-    torch.profiler records CPU ops (and CUDA/ROCm kernels when torch sees a GPU and with_cuda="auto")
-    with input shapes (record_shapes) into ``<out_dir>/<run_id>/``, a fresh folder. A distributed run
-    inside makes each rank write its own trace (always gzipped by the ranks; unpacked afterwards when
-    gzip=False). The metadata file records model, platform, scenario, tp, mode, tokens and executor as
-    the runs made inside report them (a LayerRun's, or a TriageResult's for ``md.profile(md.triage,
-    ...)``; lists where several runs differ), the function called, plus `metadata` (which wins), torch
-    and Python versions, the device name and a timestamp.
+    The keywords `ProfileSession` takes (out_dir, run_id, metadata, gzip, record_shapes, with_cuda) are
+    the session's; every other argument is fn's. torch.profiler records CPU ops (and CUDA/ROCm kernels
+    when torch sees a GPU and with_cuda="auto") with input shapes (record_shapes) into
+    ``<out_dir>/<run_id>/``, a fresh folder. A distributed run inside makes each rank write its own trace
+    (always gzipped by the ranks; unpacked afterwards when gzip=False). The metadata file records model,
+    platform, scenario, tp, mode, tokens and executor as the runs made inside report them (a LayerRun's,
+    or a TriageResult's for ``md.profile(md.triage, ...)``; lists where several runs differ), the function
+    called, plus `metadata` (which wins), torch and Python versions, the device name and a timestamp.
     """
+    options = {name: kwargs.pop(name) for name in SESSION_OPTIONS if name in kwargs}
     if fn is None:
         if args or kwargs:
-            raise TypeError("md.profile() got arguments for a function but no function to call")
-        return ProfileSession(out_dir, run_id, metadata, gzip, record_shapes, with_cuda)
+            given = [*map(repr, args), *kwargs]
+            raise TypeError(
+                f"md.profile() got arguments for a function ({', '.join(given)}) but no function to call; "
+                f"the session's own options are {', '.join(SESSION_OPTIONS)}"
+            )
+        return ProfileSession(**options)
     if not callable(fn):
         raise TypeError(f"md.profile: {fn!r} is not callable (pass the function first, then its arguments)")
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-    session = ProfileSession(out_dir, run_id, metadata, gzip, record_shapes, with_cuda, function=name)
+    session = ProfileSession(**options, function=name)
     with session:
         result = fn(*args, **kwargs)
     return result, session
+
+
+# profile()'s options are ProfileSession's, less `function` (filled in with fn's name): read from the
+# class, so the two cannot drift apart, and shown in profile's signature (help, Jupyter).
+_SESSION_PARAMETERS = [p for p in inspect.signature(ProfileSession).parameters.values() if p.name != "function"]
+SESSION_OPTIONS = tuple(p.name for p in _SESSION_PARAMETERS)
+profile.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter("fn", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation="Callable | None"),
+        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+        *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in _SESSION_PARAMETERS),
+        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+    ]
+)

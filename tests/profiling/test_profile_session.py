@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import pickle
@@ -14,7 +15,7 @@ from layer_steps import V3_DECODE_STEPS, V3_PREFILL_STEPS
 from profiling_helpers import GEMM_STEPS
 
 import mla_debug as md
-from mla_debug.profiling import META_NAME
+from mla_debug.profiling import META_NAME, ProfileSession
 
 TOKENS = 8
 
@@ -165,6 +166,19 @@ def test_context_manager_and_arbitrary_callables(tiny, profiles):
             pass
     with pytest.raises(TypeError, match="no function"):
         md.profile(None, 1, out_dir=profiles)
+
+
+def test_profile_takes_the_sessions_options_and_hands_the_rest_to_fn(profiles):
+    shown = inspect.signature(md.profile).parameters
+    session_options = [n for n in inspect.signature(ProfileSession).parameters if n != "function"]
+    assert list(shown) == ["fn", "args", *session_options, "kwargs"]
+    assert all(shown[n].default == inspect.signature(ProfileSession).parameters[n].default for n in session_options)
+    result, session = md.profile(lambda run_id_of_fn, gzip_of_fn: (run_id_of_fn, gzip_of_fn), 1, gzip_of_fn=2,
+                                 out_dir=profiles, run_id="routed", gzip=False)
+    assert result == (1, 2) and session.folder == profiles / "routed" and session.gzip is False
+    with pytest.raises(TypeError, match=r"got arguments for a function \(out_dr\) but no function to call; "
+                       r"the session's own options are out_dir, run_id"):
+        md.profile(out_dr=profiles)
 
 
 def test_triage_metadata(profiles):
