@@ -7,6 +7,7 @@ comparing numbers; nothing is looked up in a table of known answers.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -436,18 +437,14 @@ def triage(
     progress: bool | None = None,
     device: str | None = None,
     patching: bool = True,
-    *,
-    start_position: int = 0,
-    positions=None,
-    quantize: str | None = None,
-    ignore_extra: bool = False,
+    **session_options,
 ) -> TriageResult:
     """Run the layer at every TP size and mode under `scenario` (an engine profile is resolved on the
     platform first: `Scenario.resolve`); see TriageResult.
 
     Pass a `TriageSession` to reuse its checkpoint, inputs, truth and reference runs across scenarios
-    (tokens default to 16 without one). `start_position`, `positions`, `quantize` and `ignore_extra`
-    build the session (see `TriageSession`); with one given, they are its business. Needs only the CPU; `device` ("cpu" or "cuda") defaults to the GPU
+    (tokens default to 16 without one). The keyword-only options of `TriageSession` (start_position,
+    positions, quantize, ignore_extra) build the session; with one given, they are its business. Needs only the CPU; `device` ("cpu" or "cuda") defaults to the GPU
     for an NVIDIA platform when one is visible (see `triage_session_device`). With `patching` (the default)
     every diverged configuration is run again with its first divergent step's output taken from the
     reference, to confirm the fault is inside that step, and where it is not, with the steps that still
@@ -461,17 +458,13 @@ def triage(
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    session_options = {
-        "start_position": start_position,
-        "positions": positions,
-        "quantize": quantize,
-        "ignore_extra": ignore_extra,
-    }
-    given = [
-        name
-        for name, value in session_options.items()
-        if value is not None and value is not False and not (isinstance(value, int) and value == 0)
-    ]
+    unknown = [name for name in session_options if name not in SESSION_OPTIONS]
+    if unknown:
+        raise TypeError(
+            f"triage() got an unexpected keyword argument {unknown[0]!r}; the options that build the session "
+            f"are {', '.join(SESSION_OPTIONS)}"
+        )
+    given = [name for name, value in session_options.items() if not _is_default(value, SESSION_OPTIONS[name])]
     if session is None:
         # Everything cheap first: a TP size that does not divide the heads must not wait for the weights.
         check_layer_options(model, checkpoint, tp_sizes=tp_sizes, tokens=tokens, **session_options)
@@ -535,3 +528,22 @@ def triage(
             caveats=list(session.caveats),
         )
     return announce(result)
+
+
+# The options that build a session, triage() takes too: TriageSession's keyword-only parameters, read
+# from the class (so the two cannot drift apart) and shown in triage's signature (help, Jupyter).
+SESSION_OPTIONS = {
+    p.name: p for p in inspect.signature(TriageSession).parameters.values() if p.kind is p.KEYWORD_ONLY
+}
+triage.__signature__ = inspect.signature(triage).replace(  # type: ignore[attr-defined]
+    parameters=[
+        *(p for p in inspect.signature(triage).parameters.values() if p.kind is not p.VAR_KEYWORD),
+        *SESSION_OPTIONS.values(),
+    ]
+)
+
+
+def _is_default(value: object, option: inspect.Parameter) -> bool:
+    """Whether a session option was left at its default (compared by identity first: positions may be a
+    tensor, which has no plain ==)."""
+    return value is option.default or (isinstance(value, (bool, int, str)) and value == option.default)

@@ -3,6 +3,7 @@ first, DeepSeek-V3.2's indexer is a caveat of the result, and the tokens can sit
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import sys
@@ -58,6 +59,23 @@ def test_quantize_applies_to_a_dense_checkpoint_only_and_names_a_known_recipe(bf
     session = A.TriageSession("tiny", tokens=8)
     with pytest.raises(ValueError, match=r"quantize: options of the TriageSession"):
         A.triage(session=session, quantize="deepseek", progress=False)
+
+
+def test_triage_takes_the_sessions_keyword_options_and_nothing_else():
+    from mla_debug.triage.session import TriageSession, triage
+
+    keyword_only = [p for p in inspect.signature(TriageSession).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    shown = inspect.signature(triage).parameters
+    assert [p.name for p in keyword_only] == ["start_position", "positions", "quantize", "ignore_extra"]
+    assert all(shown[p.name] == p for p in keyword_only) and list(shown)[-len(keyword_only) :] == [
+        p.name for p in keyword_only
+    ]
+    session = A.TriageSession("tiny", tokens=8)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'quantise'; the options that build the session"):
+        A.triage(session=session, quantise="deepseek", progress=False)
+    # left at their defaults (a tensor of positions is compared by identity), they do not clash with session=
+    with pytest.raises(ValueError, match=r"^positions: options of the TriageSession"):
+        A.triage(session=session, positions=torch.arange(8), start_position=0, ignore_extra=False, progress=False)
 
 
 @pytest.fixture(scope="module")

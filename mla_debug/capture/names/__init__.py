@@ -120,7 +120,7 @@ def resolve_map(names: NameMap | dict | str | os.PathLike | None, attention_clas
         return maps[names]
     if names is None:
         if attention_class is None:
-            raise ValueError("a name map is needed: pass names=<key, dict or NameMap>")
+            raise ValueError("a name map is needed: pass names=<key, map file, dict or NameMap>")
         return map_for_class(attention_class)
     raise TypeError(
         f"names must be a NameMap, a dict, a built-in map's key, a map file or None, got {type(names).__name__}"
