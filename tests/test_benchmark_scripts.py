@@ -30,6 +30,7 @@ CPU_TINY = {
     "capture_overhead.py": ["--model", "tiny", "--tokens", "4", "--repeats", "1"],
     "cpu_gemm_emulation.py": ["--shapes", "256x256", "--layer", "256x256", "--m", "4", "--repeats", "1"],
     "cpu_layer_bench.py": ["--model", "tiny", "--tp", "1,2", "--tokens", "4", "--repeats", "1"],
+    "entry_binding.py": ["--calls", "100", "--repeats", "1"],
     "scan_overhead.py": ["--model", "tiny", "--layers", "1", "--tokens", "4", "--repeats", "1", "--scan-layers", "4"],
     "trace_bench.py": ["--mb", "0.5", "--repeats", "1"],
     "triage_bisect_bench.py": ["--model", "tiny", "--tp", "1,2", "--tokens", "4", "--modes", "decode"],

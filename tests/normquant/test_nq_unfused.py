@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import re
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nq_cases import check_against_oracle, make_case, single_vs_double_rounding
 from nq_oracle import FLAVORS, FN, FNUZ, assert_bits_equal, fused_reference
 
@@ -129,3 +132,30 @@ def test_a_call_that_does_not_fit_the_arguments_names_the_path():
         norm_then_quant_for_v4(case.q, case.q_weight, 1e-6, case.k, case.k_weight, residual=case.q)
     with pytest.raises(TypeError, match=r"^aiter_test_reference: got an unexpected keyword argument 'backend'"):
         aiter_test_reference(**case.kwargs(), backend="torch")
+
+
+NAMES = list(inspect.signature(norm_then_quant).parameters)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    positional=st.integers(0, len(NAMES) + 2),
+    keywords=st.lists(st.sampled_from([*NAMES, "backend", "scale"]), max_size=6, unique=True),
+)
+def test_a_path_binds_a_call_exactly_as_its_signature_does(positional, keywords):
+    """The paths bind calls by a fast rule; it must take and refuse exactly what `Signature.bind` does,
+    and fill in the same arguments."""
+    from mla_debug.normquant.entries import _entry, _signature
+
+    signature = _signature("aiter", drop=("backend",))
+    entry = _entry("path", signature, norm_then_quant, lambda arguments: arguments)
+    args = tuple(f"p{i}" for i in range(positional))
+    kwargs = {name: f"k-{name}" for name in keywords}
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as err:
+        with pytest.raises(TypeError, match=rf"^path: {re.escape(str(err))}"):
+            entry(*args, **kwargs)
+        return
+    bound.apply_defaults()
+    assert entry(*args, **kwargs) == dict(bound.arguments)
