@@ -45,10 +45,9 @@ def _entry(op: str, signature: inspect.Signature, impl: Callable, call: Callable
     defaults = {name: p.default for name, p in signature.parameters.items()}
 
     def entry(*args: Any, **kwargs: Any) -> Any:
+        given = [*names[: len(args)], *kwargs]
         arguments = {**defaults, **dict(zip(names, args)), **kwargs}
-        fits = len(args) <= len(names) and len(arguments) == len(names) and len(args) + len(kwargs) == len(
-            {*names[: len(args)], *kwargs}
-        )
+        fits = len(args) <= len(names) and len(set(given)) == len(given) and len(arguments) == len(names)
         if not fits or any(value is inspect.Parameter.empty for value in arguments.values()):
             try:
                 signature.bind(*args, **kwargs)
